@@ -1,0 +1,189 @@
+// fa_cli.c - the shared command line.
+#include "fa_cli.h"
+#include "fa_tensor.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OPT_B = 1000, OPT_H, OPT_SQ, OPT_SK, OPT_S, OPT_D, OPT_CAUSAL, OPT_SCALE, OPT_BLOCK_M, OPT_BLOCK_N, OPT_IMPL,
+    OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ,
+    OPT_HELP
+};
+
+static const struct option LONG_OPTIONS[] = {
+    {"B", required_argument, 0, OPT_B},           {"H", required_argument, 0, OPT_H},
+    {"Sq", required_argument, 0, OPT_SQ},         {"Sk", required_argument, 0, OPT_SK},
+    {"S", required_argument, 0, OPT_S},           {"D", required_argument, 0, OPT_D},
+    {"causal", no_argument, 0, OPT_CAUSAL},       {"scale", required_argument, 0, OPT_SCALE},
+    {"block-m", required_argument, 0, OPT_BLOCK_M}, {"block-n", required_argument, 0, OPT_BLOCK_N},
+    {"impl", required_argument, 0, OPT_IMPL},     {"threads", required_argument, 0, OPT_THREADS},
+    {"seed", required_argument, 0, OPT_SEED},     {"warmup", required_argument, 0, OPT_WARMUP},
+    {"iters", required_argument, 0, OPT_ITERS},   {"save-dir", required_argument, 0, OPT_SAVE},
+    {"load-dir", required_argument, 0, OPT_LOAD}, {"csv", required_argument, 0, OPT_CSV},
+    {"check-heads", required_argument, 0, OPT_CHECK_HEADS},
+    {"step", required_argument, 0, OPT_STEP},     {"dq", required_argument, 0, OPT_DQ},
+    {"help", no_argument, 0, OPT_HELP},           {0, 0, 0, 0}};
+
+static void print_help(const fa_cli_spec *spec) {
+    const fa_shape *d = &spec->defaults;
+    printf("usage: %s [options]\n%s\n\n", spec->program, spec->summary);
+    printf("Shape (tensors are float32 [B, H, S, D]; Q and O use Sq, K and V use Sk):\n");
+    if (spec->two_d) {
+        printf("  --S N          N (queries) and Nk (keys) both          (default %lld)\n", (long long)d->Sq);
+        printf("  --Sq N         N, the query rows                        \n");
+        printf("  --Sk N         Nk, the key/value rows\n");
+        printf("  --D N          d, the head dimension                    (default %lld)\n", (long long)d->D);
+    } else {
+        printf("  --B N          batch size                               (default %lld)\n", (long long)d->B);
+        printf("  --H N          heads                                    (default %lld)\n", (long long)d->H);
+        printf("  --S N          Sq and Sk both                           (default %lld)\n", (long long)d->Sq);
+        printf("  --Sq N         query length\n");
+        printf("  --Sk N         key/value length (cross attention when != Sq)\n");
+        printf("  --D N          head dimension                           (default %lld)\n", (long long)d->D);
+        printf("  --causal       row i sees keys j <= i (top-left aligned)\n");
+    }
+    printf("  --scale X      softmax scale                            (default 1/sqrt(D))\n");
+    if (spec->default_block_m > 0) {
+        printf("  --block-m N    query rows per tile (BLOCK_M)            (default %d)\n", spec->default_block_m);
+        printf("  --block-n N    key rows per tile (BLOCK_N)              (default %d)\n", spec->default_block_n);
+    }
+    if (spec->max_step > 0) printf("  --step K|all   run only step K (1..%d)                   (default all)\n", spec->max_step);
+    if (spec->has_dq_mode)
+        printf("  --dq MODE      deterministic | atomic | both (how dQ is accumulated, default both)\n");
+    printf("\nRun:\n");
+    printf("  --impl WHICH   cpu | cuda | all                         (default all)\n");
+    printf("  --threads N    OpenMP threads of the parallel CPU run   (default: all %d cores)\n", omp_get_num_procs());
+    printf("  --seed N       seed of the random inputs                (default 1)\n");
+    printf("  --warmup N     untimed runs before timing               (default 1)\n");
+    printf("  --iters N      timed runs; the table shows the median   (default 5; 0 = check only)\n");
+    printf("  --check-heads N  heads the float64 oracle checks         (default: all that fit a time budget)\n");
+    printf("  --save-dir DIR write inputs and outputs as .npy files (NumPy loads them as they are)\n");
+    printf("  --load-dir DIR read the inputs from .npy files written by --save-dir\n");
+    printf("  --csv FILE     append one row per timed run to FILE\n");
+    printf("  --help         this text\n");
+    printf("\nExit status: 0 all checks passed, 1 a check failed, 2 bad input, 3 GPU error, 77 GPU asked for but absent.\n");
+}
+
+static int64_t parse_int(const char *flag, const char *text, int64_t lo, int64_t hi) {
+    errno = 0;
+    char *end;
+    long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end != '\0')
+        fa_die("%s expects an integer, got '%s'", flag, text);
+    if (value < lo || value > hi)
+        fa_die("%s must be between %lld and %lld (got %lld)", flag, (long long)lo, (long long)hi, value);
+    return value;
+}
+
+int fa_cuda_supports_head_dim(const fa_cli_spec *spec, int64_t D) {
+    if (!spec->cuda_head_dims) return 1;
+    for (const int *d = spec->cuda_head_dims; *d; d++)
+        if (*d == D) return 1;
+    return 0;
+}
+
+void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options *opt) {
+    memset(opt, 0, sizeof *opt);
+    opt->shape = spec->defaults;
+    opt->block_m = spec->default_block_m;
+    opt->block_n = spec->default_block_n;
+    opt->impl = FA_IMPL_ALL;
+    opt->threads = omp_get_num_procs();
+    opt->seed = 1;
+    opt->warmup = 1;
+    opt->iters = 5;
+    opt->dq_mode = FA_DQ_BOTH;
+    opt->argc = argc;
+    opt->argv = argv;
+    double scale = 0.0;
+    int64_t B = -1, H = -1;
+    const int64_t BIG = INT64_C(1) << 40;   // larger sizes are refused by fa_shape_validate with a clearer message
+
+    opterr = 0;   // we print our own one-line errors
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", LONG_OPTIONS, NULL)) != -1) {
+        switch (c) {
+        case OPT_B: B = parse_int("--B", optarg, INT64_MIN, BIG); break;
+        case OPT_H: H = parse_int("--H", optarg, INT64_MIN, BIG); break;
+        case OPT_SQ: opt->shape.Sq = parse_int("--Sq", optarg, INT64_MIN, BIG); break;
+        case OPT_SK: opt->shape.Sk = parse_int("--Sk", optarg, INT64_MIN, BIG); break;
+        case OPT_S: opt->shape.Sq = opt->shape.Sk = parse_int("--S", optarg, INT64_MIN, BIG); break;
+        case OPT_D: opt->shape.D = parse_int("--D", optarg, INT64_MIN, BIG); break;
+        case OPT_CAUSAL:
+            if (spec->two_d) fa_die("--causal is not part of %s (phase 3 adds it)", spec->program);
+            opt->shape.causal = 1;
+            break;
+        case OPT_SCALE: {
+            char *end;
+            errno = 0;
+            scale = strtod(optarg, &end);
+            if (errno || end == optarg || *end != '\0' || !isfinite(scale) || scale <= 0.0)
+                fa_die("--scale expects a positive number, got '%s'", optarg);
+            break;
+        }
+        case OPT_BLOCK_M:
+        case OPT_BLOCK_N:
+            if (spec->default_block_m == 0) fa_die("%s has no tiles: --block-m/--block-n do not apply", spec->program);
+            if (c == OPT_BLOCK_M) opt->block_m = (int)parse_int("--block-m", optarg, 1, 4096);
+            else opt->block_n = (int)parse_int("--block-n", optarg, 1, 4096);
+            break;
+        case OPT_IMPL:
+            if (strcmp(optarg, "cpu") == 0) opt->impl = FA_IMPL_CPU;
+            else if (strcmp(optarg, "cuda") == 0) opt->impl = FA_IMPL_CUDA;
+            else if (strcmp(optarg, "all") == 0) opt->impl = FA_IMPL_ALL;
+            else fa_die("--impl expects cpu, cuda or all, got '%s'", optarg);
+            break;
+        case OPT_THREADS: opt->threads = (int)parse_int("--threads", optarg, 1, 4096); break;
+        case OPT_SEED: opt->seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX); break;
+        case OPT_WARMUP: opt->warmup = (int)parse_int("--warmup", optarg, 0, 100000); break;
+        case OPT_ITERS: opt->iters = (int)parse_int("--iters", optarg, 0, 100000); break;
+        case OPT_CHECK_HEADS: opt->check_heads = (int)parse_int("--check-heads", optarg, 0, INT32_MAX); break;
+        case OPT_SAVE: opt->save_dir = optarg; break;
+        case OPT_LOAD: opt->load_dir = optarg; break;
+        case OPT_CSV: opt->csv = optarg; break;
+        case OPT_STEP:
+            if (spec->max_step == 0) fa_die("%s has no steps: --step does not apply", spec->program);
+            opt->step = strcmp(optarg, "all") == 0 ? 0 : (int)parse_int("--step", optarg, 1, spec->max_step);
+            break;
+        case OPT_DQ:
+            if (!spec->has_dq_mode) fa_die("--dq applies to the backward pass (phase 4) only");
+            if (strcmp(optarg, "deterministic") == 0) opt->dq_mode = FA_DQ_DETERMINISTIC;
+            else if (strcmp(optarg, "atomic") == 0) opt->dq_mode = FA_DQ_ATOMIC;
+            else if (strcmp(optarg, "both") == 0) opt->dq_mode = FA_DQ_BOTH;
+            else fa_die("--dq expects deterministic, atomic or both, got '%s'", optarg);
+            break;
+        case OPT_HELP: print_help(spec); exit(0);
+        case ':': fa_die("%s needs a value (see --help)", argv[optind - 1]);
+        default: fa_die("unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) fa_die("unexpected argument '%s' (see --help)", argv[optind]);
+
+    if (B != -1 || H != -1) {
+        if (spec->two_d && (B != -1 && B != 1)) fa_die("%s works on one [N, d] head: --B must be 1", spec->program);
+        if (spec->two_d && (H != -1 && H != 1)) fa_die("%s works on one [N, d] head: --H must be 1", spec->program);
+        if (B != -1) opt->shape.B = B;
+        if (H != -1) opt->shape.H = H;
+    }
+    // Validate the sizes before using D for the default scale.
+    opt->shape.scale = 1.0f;
+    char err[256];
+    if (fa_shape_validate(&opt->shape, err, sizeof err) != 0) fa_die("%s", err);
+    opt->shape.scale = scale > 0.0 ? (float)scale : (float)(1.0 / sqrt((double)opt->shape.D));
+    if (fa_shape_validate(&opt->shape, err, sizeof err) != 0) fa_die("%s", err);
+
+    if ((opt->impl & FA_IMPL_CUDA) && !fa_cuda_supports_head_dim(spec, opt->shape.D)) {
+        char dims[64] = "";
+        for (const int *d = spec->cuda_head_dims; *d; d++)
+            snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%d", dims[0] ? ", " : "", *d);
+        fa_die("D=%lld is not supported by the CUDA kernels of %s (supported: %s); use --impl cpu for other sizes",
+               (long long)opt->shape.D, spec->program, dims);
+    }
+}

@@ -1,0 +1,54 @@
+// fa_cli.h - the command line every phase binary shares, parsed once with getopt_long.
+#ifndef FA_CLI_H
+#define FA_CLI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include <stdint.h>
+
+#include "fa_shape.h"
+
+enum { FA_IMPL_CPU = 1, FA_IMPL_CUDA = 2, FA_IMPL_ALL = 3 };
+enum { FA_DQ_DETERMINISTIC = 1, FA_DQ_ATOMIC = 2, FA_DQ_BOTH = 3 };
+
+// What a phase binary accepts beyond the shared flags, and its defaults.
+typedef struct {
+    const char *program;          // "phase1_naive"
+    const char *summary;          // one line for --help
+    fa_shape defaults;            // default sizes (scale 0 means 1/sqrt(D))
+    int default_block_m;          // 0 when the phase has no tiles
+    int default_block_n;
+    int two_d;                    // phase 2: [N, d] tensors, B and H must stay 1
+    int max_step;                 // > 0: accepts --step 1..max_step|all (phase 3)
+    int has_dq_mode;              // accepts --dq deterministic|atomic|both (phase 4)
+    const int *cuda_head_dims;    // head dims the CUDA kernels support, ending with 0; NULL = any
+} fa_cli_spec;
+
+typedef struct {
+    fa_shape shape;
+    int block_m, block_n;
+    int impl;                     // FA_IMPL_CPU | FA_IMPL_CUDA
+    int threads;                  // OpenMP threads of the parallel CPU run (default: all cores)
+    uint64_t seed;
+    int warmup, iters;
+    int check_heads;              // heads the oracle checks; 0 = as many as a time budget allows
+    const char *save_dir, *load_dir, *csv;
+    int step;                     // phase 3: 0 = all steps
+    int dq_mode;                  // phase 4
+    int argc;                     // the command line, kept for --save-dir's command.txt
+    char **argv;
+} fa_options;
+
+// Parses argv. Prints --help and exits 0; prints one line and exits 2 on anything it cannot accept.
+void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options *opt);
+
+// 1 when D is one of the spec's CUDA head dims (or the spec has no list).
+int fa_cuda_supports_head_dim(const fa_cli_spec *spec, int64_t D);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

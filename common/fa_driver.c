@@ -1,0 +1,316 @@
+// fa_driver.c - the steps every phase driver shares.
+#include "fa_driver.h"
+#include "fa_gpu.h"
+#include "fa_npy.h"
+#include "fa_oracle.h"
+#include "fa_tensor.h"
+#include "fa_timer.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+// The oracle is plain double-precision loops; past this many FLOPs per run it checks a sample of heads (heads are
+// independent, so a sampled head is still checked exactly) to keep a large run from waiting minutes for its check.
+#define ORACLE_FLOP_BUDGET 3e10
+
+void fa_dims_q(const fa_shape *s, int64_t dims[4]) {
+    dims[0] = s->B, dims[1] = s->H, dims[2] = s->Sq, dims[3] = s->D;
+}
+void fa_dims_kv(const fa_shape *s, int64_t dims[4]) {
+    dims[0] = s->B, dims[1] = s->H, dims[2] = s->Sk, dims[3] = s->D;
+}
+void fa_dims_lse(const fa_shape *s, int64_t dims[4]) {
+    dims[0] = s->B, dims[1] = s->H, dims[2] = s->Sq, dims[3] = 1;
+}
+
+void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                        float *o_host, float *o_device, float *lse_host, float *lse_device) {
+    impl->n_outputs = 0;
+    fa_output *o = &impl->outputs[impl->n_outputs++];
+    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, FA_TOL_FORWARD};
+    fa_dims_q(shape, o->dims);
+    if (!lse_host) return;
+    fa_output *lse = &impl->outputs[impl->n_outputs++];
+    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, FA_TOL_FORWARD};
+    fa_dims_lse(shape, lse->dims);
+}
+
+static void save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
+    if (!opt->save_dir) return;
+    char path[4096], err[512], lower[16];
+    snprintf(lower, sizeof lower, "%s", name);
+    for (char *c = lower; *c; c++) *c = (char)tolower((unsigned char)*c);
+    snprintf(path, sizeof path, "%s/%s.npy", opt->save_dir, lower);
+    int ndim = dims[3] == 1 && strcmp(lower, "lse") == 0 ? 3 : 4;   // LSE is [B, H, Sq]
+    if (fa_npy_save(path, x, 4, ndim, dims, err, sizeof err) != 0) fa_die("%s", err);
+}
+
+static float *load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]) {
+    char path[4096], err[600];
+    snprintf(path, sizeof path, "%s/%s.npy", opt->load_dir, name);
+    float *x = fa_npy_load_f32(path, 4, dims, err, sizeof err);
+    if (!x) fa_die("%s", err);
+    return x;
+}
+
+// mkdir -p: creates dir and any missing parents.
+static void make_dirs(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *c = path + 1; ; c++) {
+        if (*c != '/' && *c != '\0') continue;
+        char saved = *c;
+        *c = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) fa_die("cannot create %s: %s", path, strerror(errno));
+        *c = saved;
+        if (saved == '\0') break;
+    }
+}
+
+static void save_command(const fa_options *opt) {
+    make_dirs(opt->save_dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/command.txt", opt->save_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) fa_die("cannot write %s", path);
+    for (int i = 0; i < opt->argc; i++) fprintf(f, "%s%s", i ? " " : "", opt->argv[i]);
+    fprintf(f, "\n");
+    fclose(f);
+}
+
+void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
+    const fa_shape *s = &opt->shape;
+    int64_t dq[4], dkv[4];
+    fa_dims_q(s, dq);
+    fa_dims_kv(s, dkv);
+    memset(in, 0, sizeof *in);
+    if (opt->load_dir) {
+        in->q = load_tensor(opt, "q", dq);
+        in->k = load_tensor(opt, "k", dkv);
+        in->v = load_tensor(opt, "v", dkv);
+        if (with_dout) in->dout = load_tensor(opt, "do", dq);
+    } else {
+        in->q = fa_alloc_floats(fa_numel_q(s), "Q");
+        in->k = fa_alloc_floats(fa_numel_kv(s), "K");
+        in->v = fa_alloc_floats(fa_numel_kv(s), "V");
+        fa_fill_random(in->q, fa_numel_q(s), opt->seed, FA_STREAM_Q, 1.0f);
+        fa_fill_random(in->k, fa_numel_kv(s), opt->seed, FA_STREAM_K, 1.0f);
+        fa_fill_random(in->v, fa_numel_kv(s), opt->seed, FA_STREAM_V, 1.0f);
+        if (with_dout) {
+            in->dout = fa_alloc_floats(fa_numel_q(s), "dO");
+            fa_fill_random(in->dout, fa_numel_q(s), opt->seed, FA_STREAM_DO, 1.0f);
+        }
+    }
+    if (opt->save_dir) {
+        save_command(opt);
+        save_tensor(opt, "q", in->q, dq);
+        save_tensor(opt, "k", in->k, dkv);
+        save_tensor(opt, "v", in->v, dkv);
+        if (in->dout) save_tensor(opt, "do", in->dout, dq);
+    }
+}
+
+void fa_free_inputs(fa_inputs *in) {
+    free(in->q);
+    free(in->k);
+    free(in->v);
+    free(in->dout);
+}
+
+// Picks `count` heads spread evenly over 0..BH-1, always the first and the last.
+static void choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
+    memset(heads, 0, (size_t)BH);
+    if (count >= BH) {
+        memset(heads, 1, (size_t)BH);
+        return;
+    }
+    for (int64_t i = 0; i < count; i++) heads[count == 1 ? 0 : i * (BH - 1) / (count - 1)] = 1;
+}
+
+void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref) {
+    const fa_shape *s = &opt->shape;
+    const int64_t BH = s->B * s->H;
+    memset(ref, 0, sizeof *ref);
+    ref->heads = malloc((size_t)BH);
+    double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 3.5 : 1.0);
+    int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / per_head);
+    if (count < 1) count = 1;
+    choose_heads(ref->heads, BH, count);
+    ref->heads_checked = (int)(count < BH ? count : BH);
+
+    double start = fa_now_ms();
+    fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
+    fflush(stderr);
+    fa_set_threads(omp_get_num_procs());
+    double *q = fa_to_double(in->q, fa_numel_q(s), "oracle Q");
+    double *k = fa_to_double(in->k, fa_numel_kv(s), "oracle K");
+    double *v = fa_to_double(in->v, fa_numel_kv(s), "oracle V");
+    ref->o = fa_alloc_doubles(fa_numel_q(s), "oracle O");
+    ref->lse = fa_alloc_doubles(fa_numel_lse(s), "oracle LSE");
+    fa_oracle_forward(s, q, k, v, ref->heads, ref->o, ref->lse);
+    if (backward) {
+        double *dout = fa_to_double(in->dout, fa_numel_q(s), "oracle dO");
+        ref->dq = fa_alloc_doubles(fa_numel_q(s), "oracle dQ");
+        ref->dk = fa_alloc_doubles(fa_numel_kv(s), "oracle dK");
+        ref->dv = fa_alloc_doubles(fa_numel_kv(s), "oracle dV");
+        fa_oracle_backward(s, q, k, v, dout, ref->heads, ref->dq, ref->dk, ref->dv);
+        free(dout);
+    }
+    free(q);
+    free(k);
+    free(v);
+    fprintf(stderr, " %.1f s\n", (fa_now_ms() - start) / 1e3);
+}
+
+void fa_free_reference(fa_reference *ref) {
+    free(ref->heads);
+    free(ref->o);
+    free(ref->lse);
+    free(ref->dq);
+    free(ref->dk);
+    free(ref->dv);
+}
+
+void fa_set_threads(int threads) { omp_set_num_threads(threads); }
+
+int fa_use_gpu(const fa_options *opt, fa_report *report) {
+    if (!(opt->impl & FA_IMPL_CUDA)) return 0;
+    char why[160];
+    if (fa_gpu_available(why, sizeof why)) return 1;
+    if (opt->impl == FA_IMPL_CUDA) {
+        printf("skipped: --impl cuda asked for the GPU, but %s\n", why);
+        exit(FA_EXIT_SKIP);
+    }
+    fa_report_add_note(report, "GPU rows skipped: %s", why);
+    return 0;
+}
+
+static int64_t numel_of(const fa_output *out) { return out->dims[0] * out->dims[1] * out->dims[2] * out->dims[3]; }
+
+static void add_timing_row(fa_report *report, const fa_implementation *impl, const char *kind, int threads,
+                           fa_timing t, double copy_ms) {
+    fa_timing_row row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.label, sizeof row.label, "%s", impl->label);
+    snprintf(row.impl, sizeof row.impl, "%s", kind);
+    snprintf(row.status, sizeof row.status, "ok");
+    snprintf(row.extra_what, sizeof row.extra_what, "%s", impl->extra_what ? impl->extra_what : "");
+    row.threads = threads;
+    row.block_m = impl->block_m;
+    row.block_n = impl->block_n;
+    row.causal = impl->causal;
+    row.median_ms = t.median_ms;
+    row.min_ms = t.min_ms;
+    row.flops = impl->flops;
+    row.extra_bytes = impl->extra_bytes;
+    row.copy_ms = copy_ms;
+    char check_label[64];
+    snprintf(check_label, sizeof check_label, "%s %s", impl->label, impl->is_cuda ? "cuda" : "cpu");
+    row.pass = fa_report_label_passed(report, check_label);
+    fa_report_add_row(report, &row);
+}
+
+void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_reference *ref, fa_implementation *impl) {
+    char check_label[64];
+    snprintf(check_label, sizeof check_label, "%s %s", impl->label, impl->is_cuda ? "cuda" : "cpu");
+    double download_ms = 0.0;
+
+    // 1. Poison every output, run once, and bring the results to the host.
+    for (int i = 0; i < impl->n_outputs; i++) {
+        fa_output *out = &impl->outputs[i];
+        fa_poison(out->host, numel_of(out));
+#if FA_HAVE_CUDA
+        if (impl->is_cuda) fa_gpu_poison(out->device, numel_of(out));
+#endif
+    }
+    if (!impl->is_cuda) fa_set_threads(opt->threads);
+    impl->run(impl->ctx);
+#if FA_HAVE_CUDA
+    if (impl->is_cuda) {
+        fa_gpu_synchronize(check_label);
+        double start = fa_now_ms();
+        for (int i = 0; i < impl->n_outputs; i++)
+            fa_gpu_download(impl->outputs[i].host, impl->outputs[i].device, numel_of(&impl->outputs[i]));
+        download_ms = fa_now_ms() - start;
+    }
+#endif
+
+    // 2. Check every output against the oracle, and save it.
+    for (int i = 0; i < impl->n_outputs; i++) {
+        const fa_output *out = &impl->outputs[i];
+        fa_report_add_check(report, fa_verify_results(check_label, out->name, out->host, out->want, out->dims,
+                                                      ref->heads, out->tolerance));
+        save_tensor(opt, out->name, out->host, out->dims);
+    }
+    report->heads_checked = ref->heads_checked;
+
+    // 3. Time it.
+    if (opt->iters == 0) return;
+    if (impl->is_cuda) {
+#if FA_HAVE_CUDA
+        fa_timing t = fa_gpu_time(impl->run, impl->ctx, opt->warmup, opt->iters);
+        add_timing_row(report, impl, "cuda", 0, t, impl->upload_ms + download_ms);
+#endif
+        return;
+    }
+    fa_set_threads(1);
+    fa_timing single = fa_time_host(impl->run, impl->ctx, opt->warmup, opt->iters);
+    add_timing_row(report, impl, "cpu", 1, single, 0.0);
+    if (opt->threads > 1) {
+        fa_set_threads(opt->threads);
+        fa_timing parallel = fa_time_host(impl->run, impl->ctx, opt->warmup, opt->iters);
+        add_timing_row(report, impl, "cpu", opt->threads, parallel, 0.0);
+    }
+}
+
+void fa_exit_out_of_memory(fa_report *report, const char *label, const char *impl, double bytes, const char *what) {
+    fa_timing_row row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.label, sizeof row.label, "%s", label);
+    snprintf(row.impl, sizeof row.impl, "%s", impl);
+    snprintf(row.status, sizeof row.status, "oom");
+    row.causal = report->shape.causal;
+    row.extra_bytes = (int64_t)bytes;
+    row.pass = -1;
+    report->n_rows = 0;
+    fa_report_add_row(report, &row);
+    if (report->options->csv) fa_report_write_csv(report, report->options->csv);
+    char size[32];
+    fa_format_bytes(bytes, size, sizeof size);
+    fa_die("out of %s memory: %s %s needs %.0f bytes (%s) for %s", impl, label, impl, bytes, size, what);
+}
+
+int fa_finish(fa_report *report, const fa_options *opt) {
+    fa_report_print(report);
+    if (opt->csv) fa_report_write_csv(report, opt->csv);
+    return fa_report_all_passed(report) ? 0 : 1;
+}
+
+#if FA_HAVE_CUDA
+void fa_upload_inputs(const fa_options *opt, const fa_inputs *in, fa_device_inputs *dev) {
+    const fa_shape *s = &opt->shape;
+    memset(dev, 0, sizeof *dev);
+    dev->q = fa_gpu_alloc(fa_numel_q(s), "Q");
+    dev->k = fa_gpu_alloc(fa_numel_kv(s), "K");
+    dev->v = fa_gpu_alloc(fa_numel_kv(s), "V");
+    if (in->dout) dev->dout = fa_gpu_alloc(fa_numel_q(s), "dO");
+    double start = fa_now_ms();
+    fa_gpu_upload(dev->q, in->q, fa_numel_q(s));
+    fa_gpu_upload(dev->k, in->k, fa_numel_kv(s));
+    fa_gpu_upload(dev->v, in->v, fa_numel_kv(s));
+    if (in->dout) fa_gpu_upload(dev->dout, in->dout, fa_numel_q(s));
+    dev->upload_ms = fa_now_ms() - start;
+}
+
+void fa_free_device_inputs(fa_device_inputs *dev) {
+    fa_gpu_free(dev->q);
+    fa_gpu_free(dev->k);
+    fa_gpu_free(dev->v);
+    if (dev->dout) fa_gpu_free(dev->dout);
+}
+#endif

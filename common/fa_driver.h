@@ -1,0 +1,103 @@
+// fa_driver.h - what every phase driver does alike: make the inputs, ask the oracle, run an implementation, check
+// it, time it, save it. A driver then reads as a script: parse, make inputs, run, verify, time, print.
+#ifndef FA_DRIVER_H
+#define FA_DRIVER_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "fa_cli.h"
+#include "fa_report.h"
+
+// Inputs of a run: seeded random, or read from --load-dir. q and dout are [B,H,Sq,D]; k and v are [B,H,Sk,D].
+typedef struct {
+    float *q, *k, *v;
+    float *dout;        // dO, only for the backward pass (NULL otherwise)
+} fa_inputs;
+
+// The oracle's answers for the heads it computed (see fa_oracle.h).
+typedef struct {
+    unsigned char *heads;       // B*H bytes: 1 where the oracle computed the head
+    int heads_checked;
+    double *o, *lse;            // forward
+    double *dq, *dk, *dv;       // backward (NULL unless asked for)
+} fa_reference;
+
+// One output of an implementation and what it is checked against.
+typedef struct {
+    const char *name;           // "O", "LSE", "dQ", ...
+    float *host;                // the result lands here (a cuda run copies it here from `device`)
+    float *device;              // cuda runs: where the kernel writes it
+    int64_t dims[4];            // (b, h, s, d) sizes; LSE is (B, H, Sq, 1)
+    const double *want;         // the oracle's answer
+    double tolerance;
+} fa_output;
+
+// One implementation of one step: how to run it once, and what it writes.
+typedef struct {
+    const char *label;          // "naive", "step 2 causal", ...
+    int is_cuda;
+    void (*run)(void *ctx);     // one complete run (a cuda run only launches; the harness synchronises)
+    void *ctx;
+    fa_output outputs[4];
+    int n_outputs;
+    double flops;
+    int64_t extra_bytes;        // memory beyond inputs and outputs
+    const char *extra_what;     // what it is, e.g. "S, P"
+    int block_m, block_n;
+    int causal;                 // for the timing table (a driver may run causal and non-causal side by side)
+    double upload_ms;           // cuda: time the inputs took to reach the device
+} fa_implementation;
+
+// The tensor shapes of a run, as (b, h, s, d) sizes for fa_output.dims.
+void fa_dims_q(const fa_shape *shape, int64_t dims[4]);      // (B, H, Sq, D)
+void fa_dims_kv(const fa_shape *shape, int64_t dims[4]);     // (B, H, Sk, D)
+void fa_dims_lse(const fa_shape *shape, int64_t dims[4]);    // (B, H, Sq, 1)
+
+// Sets impl->outputs to O (and LSE when lse_host is not NULL), checked against the forward oracle.
+// The device pointers are NULL for a CPU implementation.
+void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                        float *o_host, float *o_device, float *lse_host, float *lse_device);
+
+void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in);
+void fa_free_inputs(fa_inputs *in);
+
+// Runs the oracle on the heads --check-heads (or the time budget) selects; prints a line while it works.
+void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref);
+void fa_free_reference(fa_reference *ref);
+
+// Sets OpenMP's thread count for the CPU runs that follow.
+void fa_set_threads(int threads);
+
+// Whether the GPU rows run: 1 when --impl asks for cuda and a GPU is there. With --impl cuda and no GPU it prints
+// "skipped: ..." and exits 77; with --impl all it adds a note to the report and returns 0.
+int fa_use_gpu(const fa_options *opt, fa_report *report);
+
+// Poisons the outputs, runs the implementation once, checks every output against the oracle (check rows), then
+// times it (timing rows): a CPU implementation with 1 thread and with --threads, a cuda one with CUDA events.
+// With --save-dir, the outputs are written as .npy files named after them (the last implementation run wins).
+void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_reference *ref, fa_implementation *impl);
+
+// A buffer the run needs could not be had: records a row with status "oom" in --csv (a lesson, not a crash),
+// prints one line with the bytes needed and exits 2.
+void fa_exit_out_of_memory(fa_report *report, const char *label, const char *impl, double bytes, const char *what)
+    __attribute__((noreturn));
+
+// Prints the report, appends --csv rows, and returns the exit status: 0 when every check passed, 1 otherwise.
+int fa_finish(fa_report *report, const fa_options *opt);
+
+#if FA_HAVE_CUDA
+typedef struct {
+    float *q, *k, *v, *dout;
+    double upload_ms;
+} fa_device_inputs;
+void fa_upload_inputs(const fa_options *opt, const fa_inputs *in, fa_device_inputs *dev);
+void fa_free_device_inputs(fa_device_inputs *dev);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,127 @@
+// fa_oracle.c - float64 attention forward and backward, one query row (or one key row) at a time.
+#include "fa_oracle.h"
+#include "fa_tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double *fa_to_double(const float *x, int64_t count, const char *what) {
+    double *out = fa_alloc_doubles(count, what);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; i++) out[i] = (double)x[i];
+    return out;
+}
+
+static int64_t visible_keys(const fa_shape *s, int64_t i) {
+    if (!s->causal) return s->Sk;
+    return i + 1 < s->Sk ? i + 1 : s->Sk;   // row i sees keys 0..i
+}
+
+static double dot(const double *a, const double *b, int64_t n) {
+    double sum = 0.0;
+    for (int64_t d = 0; d < n; d++) sum += a[d] * b[d];
+    return sum;
+}
+
+// One query row: scores into p[0..n) (as probabilities on return), and the row's log-sum-exp.
+static double softmax_row(const fa_shape *s, const double *q_row, const double *k_head, int64_t n, double *p) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = s->scale * dot(q_row, k_head + j * s->D, s->D);
+        if (p[j] > m) m = p[j];
+    }
+    double l = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = exp(p[j] - m);
+        l += p[j];
+    }
+    for (int64_t j = 0; j < n; j++) p[j] /= l;
+    return m + log(l);
+}
+
+void fa_oracle_forward(const fa_shape *s, const double *q, const double *k, const double *v,
+                       const unsigned char *heads, double *o, double *lse) {
+    const int64_t D = s->D, BH = s->B * s->H;
+    // Rows are independent: parallelise over (head, row) so that one long head still uses every core.
+#pragma omp parallel
+    {
+        double *p = fa_alloc_doubles(s->Sk, "oracle row of P");
+#pragma omp for collapse(2) schedule(dynamic, 16)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            for (int64_t i = 0; i < s->Sq; i++) {
+                if (heads && !heads[bh]) continue;
+                const double *q_row = q + (bh * s->Sq + i) * D;
+                const double *k_head = k + bh * s->Sk * D, *v_head = v + bh * s->Sk * D;
+                int64_t n = visible_keys(s, i);
+                double row_lse = softmax_row(s, q_row, k_head, n, p);
+                double *o_row = o + (bh * s->Sq + i) * D;
+                for (int64_t d = 0; d < D; d++) o_row[d] = 0.0;
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t d = 0; d < D; d++) o_row[d] += p[j] * v_head[j * D + d];
+                lse[bh * s->Sq + i] = row_lse;
+            }
+        }
+        free(p);
+    }
+}
+
+void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, const double *v, const double *dout,
+                        const unsigned char *heads, double *dq, double *dk, double *dv) {
+    const int64_t D = s->D, BH = s->B * s->H;
+    double *o = fa_alloc_doubles(BH * s->Sq * D, "oracle O");
+    double *lse = fa_alloc_doubles(BH * s->Sq, "oracle LSE");
+    double *delta = fa_alloc_doubles(BH * s->Sq, "oracle Delta");
+    fa_oracle_forward(s, q, k, v, heads, o, lse);
+
+    // Pass 1, one query row at a time: Delta_i = dO_i . O_i, and dQ_i = scale * sum_j dS_ij k_j.
+#pragma omp parallel
+    {
+        double *p = fa_alloc_doubles(s->Sk, "oracle row of P");
+#pragma omp for collapse(2) schedule(dynamic, 16)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            for (int64_t i = 0; i < s->Sq; i++) {
+                if (heads && !heads[bh]) continue;
+                const int64_t row = bh * s->Sq + i;
+                const double *k_head = k + bh * s->Sk * D, *v_head = v + bh * s->Sk * D;
+                const double *do_row = dout + row * D;
+                delta[row] = dot(do_row, o + row * D, D);
+                int64_t n = visible_keys(s, i);
+                softmax_row(s, q + row * D, k_head, n, p);
+                double *dq_row = dq + row * D;
+                for (int64_t d = 0; d < D; d++) dq_row[d] = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    double dp = dot(do_row, v_head + j * D, D);
+                    double ds = p[j] * (dp - delta[row]);
+                    for (int64_t d = 0; d < D; d++) dq_row[d] += s->scale * ds * k_head[j * D + d];
+                }
+            }
+        }
+        free(p);
+    }
+
+    // Pass 2, one key row at a time: dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i, with
+    // P_ij = exp(S_ij - LSE_i) recomputed from the stored log-sum-exp.
+#pragma omp parallel for collapse(2) schedule(dynamic, 16)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        for (int64_t j = 0; j < s->Sk; j++) {
+            if (heads && !heads[bh]) continue;
+            const double *k_row = k + (bh * s->Sk + j) * D, *v_row = v + (bh * s->Sk + j) * D;
+            double *dk_row = dk + (bh * s->Sk + j) * D, *dv_row = dv + (bh * s->Sk + j) * D;
+            for (int64_t d = 0; d < D; d++) dk_row[d] = dv_row[d] = 0.0;
+            for (int64_t i = s->causal ? j : 0; i < s->Sq; i++) {
+                const int64_t row = bh * s->Sq + i;
+                const double *q_row = q + row * D, *do_row = dout + row * D;
+                double pij = exp(s->scale * dot(q_row, k_row, D) - lse[row]);
+                double ds = pij * (dot(do_row, v_row, D) - delta[row]);
+                for (int64_t d = 0; d < D; d++) {
+                    dv_row[d] += pij * do_row[d];
+                    dk_row[d] += s->scale * ds * q_row[d];
+                }
+            }
+        }
+    }
+    free(o);
+    free(lse);
+    free(delta);
+}

@@ -1,0 +1,33 @@
+// fa_oracle.h - the float64 reference: the single source of truth every check compares against.
+//
+// Plain textbook attention in double precision, written for clarity, not speed (it is only parallelised):
+//   S = scale * Q K^T,  causal: S[i][j] = -inf for j > i,  P = softmax_rows(S),  O = P V,  LSE_i = log sum_j exp(S_ij)
+// and its gradients for a loss L with dL/dO = dO:
+//   dV = P^T dO,  dP = dO V^T,  Delta_i = rowsum(dO * O)_i,  dS = P * (dP - Delta),  dQ = scale dS K,  dK = scale dS^T Q
+// Inputs are contiguous [B, H, S, D] double arrays (fa_to_double converts float32 ones). `heads` is a mask of B*H
+// bytes: only heads whose byte is nonzero are computed, the rest of the outputs are left untouched; NULL means all.
+#ifndef FA_ORACLE_H
+#define FA_ORACLE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "fa_shape.h"
+
+// Copies count floats into a new double array (exits 2 when memory runs out).
+double *fa_to_double(const float *x, int64_t count, const char *what);
+
+// o: [B, H, Sq, D], lse: [B, H, Sq] (natural log).
+void fa_oracle_forward(const fa_shape *shape, const double *q, const double *k, const double *v,
+                       const unsigned char *heads, double *o, double *lse);
+
+// dq: [B, H, Sq, D], dk and dv: [B, H, Sk, D].
+void fa_oracle_backward(const fa_shape *shape, const double *q, const double *k, const double *v, const double *dout,
+                        const unsigned char *heads, double *dq, double *dk, double *dv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

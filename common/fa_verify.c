@@ -1,0 +1,51 @@
+// fa_verify.c - verify_results.
+#include "fa_verify.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void unflatten(int64_t index, const int64_t dims[4], int64_t out[4]) {
+    for (int k = 3; k >= 0; k--) {
+        out[k] = index % dims[k];
+        index /= dims[k];
+    }
+}
+
+fa_check fa_verify_results(const char *label, const char *tensor, const float *got, const double *want,
+                           const int64_t dims[4], const unsigned char *heads, double tolerance) {
+    fa_check c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.label, sizeof c.label, "%s", label);
+    snprintf(c.tensor, sizeof c.tensor, "%s", tensor);
+    c.tolerance = tolerance;
+    c.total = dims[0] * dims[1] * dims[2] * dims[3];
+    const int64_t per_head = dims[2] * dims[3];
+
+    int64_t worst_index = 0, first_nonfinite = -1;
+    double max_want = 0.0;
+    for (int64_t i = 0; i < c.total; i++) {
+        if (!isfinite(got[i])) {
+            if (first_nonfinite < 0) first_nonfinite = i;
+            c.nonfinite++;
+            continue;
+        }
+        if (heads && !heads[i / per_head]) continue;
+        double err = fabs((double)got[i] - want[i]);
+        if (fabs(want[i]) > max_want) max_want = fabs(want[i]);
+        if (err > c.max_abs_err) {
+            c.max_abs_err = err;
+            worst_index = i;
+        }
+        c.compared++;
+    }
+    // A tensor whose reference is all zeros is compared in absolute terms.
+    c.rel_err = max_want > 0.0 ? c.max_abs_err / max_want : c.max_abs_err;
+    if (c.nonfinite > 0) {
+        worst_index = first_nonfinite;
+        c.max_abs_err = c.rel_err = INFINITY;
+    }
+    unflatten(worst_index, dims, c.worst);
+    c.pass = c.nonfinite == 0 && c.compared > 0 && c.rel_err <= tolerance;
+    return c;
+}

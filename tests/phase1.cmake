@@ -1,0 +1,52 @@
+# Phase 1: naive attention, CPU and CUDA, against the float64 oracle.
+# Shapes: S=1, S=17 and S=1000 (a multiple of nothing), Sq != Sk both ways, causal on and off, D in {16,32,64,128},
+# B and H > 1. The tolerances are FA_TOL_FORWARD (common/fa_verify.h), where the reason for their size is written.
+set(phase1_shapes
+  "S1_D16|--B|2|--H|3|--S|1|--D|16"
+  "S17_D32_causal|--B|2|--H|2|--S|17|--D|32|--causal"
+  "S1000_D64|--B|1|--H|2|--S|1000|--D|64"
+  "S1000_D64_causal|--B|1|--H|2|--S|1000|--D|64|--causal"
+  "Sq17_Sk100_D128_causal|--B|2|--H|2|--Sq|17|--Sk|100|--D|128|--causal"
+  "Sq100_Sk17_D64_causal|--B|2|--H|2|--Sq|100|--Sk|17|--D|64|--causal"
+  "Sq100_Sk17_D16|--B|2|--H|2|--Sq|100|--Sk|17|--D|16"
+  "Sq33_Sk250_D32|--B|3|--H|2|--Sq|33|--Sk|250|--D|32"
+  "S64_D128_causal|--B|3|--H|2|--S|64|--D|128|--causal")
+foreach(entry ${phase1_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(impl cpu cuda)
+    fa_add_check_test(NAME phase1_${impl}_${name} LABEL phase1 BINARY phase1_naive IMPL ${impl} ARGS ${parts})
+  endforeach()
+endforeach()
+
+# Bad input: one line on stderr, exit status 2.
+fa_add_bad_input_test(NAME phase1_bad_S_zero LABEL phase1 BINARY phase1_naive ARGS --S 0)
+fa_add_bad_input_test(NAME phase1_bad_S_negative LABEL phase1 BINARY phase1_naive ARGS --S -3)
+fa_add_bad_input_test(NAME phase1_bad_B_zero LABEL phase1 BINARY phase1_naive ARGS --B 0)
+fa_add_bad_input_test(NAME phase1_bad_D_zero LABEL phase1 BINARY phase1_naive ARGS --D 0)
+fa_add_bad_input_test(NAME phase1_bad_S_text LABEL phase1 BINARY phase1_naive ARGS --S abc)
+fa_add_bad_input_test(NAME phase1_bad_S_overflow LABEL phase1 BINARY phase1_naive ARGS --S 99999999999999999999)
+fa_add_bad_input_test(NAME phase1_bad_shape_too_big LABEL phase1 BINARY phase1_naive ARGS --B 65536 --H 65536 --S 65536)
+fa_add_bad_input_test(NAME phase1_bad_unknown_flag LABEL phase1 BINARY phase1_naive ARGS --frobnicate)
+fa_add_bad_input_test(NAME phase1_bad_missing_value LABEL phase1 BINARY phase1_naive ARGS --S)
+fa_add_bad_input_test(NAME phase1_bad_positional LABEL phase1 BINARY phase1_naive ARGS extra)
+fa_add_bad_input_test(NAME phase1_bad_impl LABEL phase1 BINARY phase1_naive ARGS --impl gpu)
+fa_add_bad_input_test(NAME phase1_bad_scale LABEL phase1 BINARY phase1_naive ARGS --scale -1)
+fa_add_bad_input_test(NAME phase1_bad_threads LABEL phase1 BINARY phase1_naive ARGS --threads 0)
+fa_add_bad_input_test(NAME phase1_bad_block_m LABEL phase1 BINARY phase1_naive ARGS --block-m 32)
+fa_add_bad_input_test(NAME phase1_bad_load_missing LABEL phase1 BINARY phase1_naive ARGS --load-dir /nonexistent/dir)
+fa_add_bad_input_test(NAME phase1_bad_out_of_memory LABEL phase1 BINARY phase1_naive
+                      ARGS --impl cpu --B 1 --H 1 --S 1048576 --D 16 --iters 0)
+
+# --save-dir writes .npy files; --load-dir reproduces the run bit for bit; a mismatched file is refused.
+add_test(NAME phase1_save_load
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase1_naive> -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase1_save_load
+                 "-DPYTHON=${Python3_EXECUTABLE}" -DCHECKER=${CMAKE_CURRENT_SOURCE_DIR}/check_npy_numpy.py
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/save_load.cmake)
+set_tests_properties(phase1_save_load PROPERTIES LABELS "phase1;cpu")
+# NumPy reads the saved files as they are (skipped where NumPy is not installed).
+add_test(NAME phase1_npy_numpy
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase1_naive> -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase1_npy_numpy
+                 "-DPYTHON=${Python3_EXECUTABLE}" -DCHECKER=${CMAKE_CURRENT_SOURCE_DIR}/check_npy_numpy.py
+                 -DNUMPY_ONLY=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/save_load.cmake)
+set_tests_properties(phase1_npy_numpy PROPERTIES LABELS "phase1;cpu" SKIP_REGULAR_EXPRESSION "SKIPPED:")

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh LOGDIR - the whole GPU check in one command, for a machine with an NVIDIA GPU.
+#
+#   1. configure for the GPU it finds (cmake/cuda_arch.cmake asks nvidia-smi) and build, with the compiler's
+#      per-kernel resource report (registers, shared memory, spills) in LOGDIR/build.log;
+#   2. run the whole test suite, GPU tests included (LOGDIR/ctest.log);
+#   3. run the GPU tests again under compute-sanitizer: memcheck, racecheck, initcheck and synccheck
+#      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
+#   4. run the benchmarks (make bench's sweep, and each phase at the shapes the issues quote: LOGDIR/headline.log).
+# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench").
+# The last lines printed are a summary; the exit status is non-zero when any step failed.
+set -uo pipefail
+LOGDIR=${1:?usage: tools/gpu_check.sh LOGDIR}
+mkdir -p "$LOGDIR"
+LOGDIR=$(cd "$LOGDIR" && pwd)
+cd "$(dirname "$0")/.."
+BUILD=${FA_GPU_BUILD:-build-gpu}
+STEPS=${FA_GPU_CHECK_STEPS:-build test memcheck racecheck initcheck synccheck headline bench}
+JOBS=$(nproc)
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+summary=()
+failed=0
+
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+record() {   # record NAME STATUS DETAIL
+    summary+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")")
+    [ "$2" = ok ] || failed=1
+}
+ctest_counts() { grep -E "tests passed|tests failed" "$1" | tail -1; }
+
+{ nvidia-smi; nvcc --version; cmake --version | head -1; } > "$LOGDIR/machine.log" 2>&1
+
+if want build; then
+    start=$SECONDS
+    if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA_RESOURCE_REPORT=ON -DFA_GPU_TEST_LAUNCHER= \
+            > "$LOGDIR/build.log" 2>&1 && cmake --build "$BUILD" -j "$JOBS" >> "$LOGDIR/build.log" 2>&1; then
+        record build ok "$((SECONDS - start)) s, $(grep -c 'registers' "$LOGDIR/build.log") kernel resource lines"
+    else
+        record build FAIL "see build.log"; tail -30 "$LOGDIR/build.log"
+    fi
+fi
+
+if want test; then
+    (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600) > "$LOGDIR/ctest.log" 2>&1
+    rc=$?
+    skipped=$(grep -c '(Skipped)' "$LOGDIR/ctest.log")
+    record test $([ $rc -eq 0 ] && echo ok || echo FAIL) "$(ctest_counts "$LOGDIR/ctest.log"); $skipped skipped"
+fi
+
+# The same GPU test binaries, now launched through compute-sanitizer (only the test files change).
+for tool in memcheck racecheck initcheck synccheck; do
+    want $tool || continue
+    log="$LOGDIR/sanitize-$tool.log"
+    extra=""
+    [ $tool = memcheck ] && extra=";--leak-check;full"
+    cmake -S . -B "$BUILD" "-DFA_GPU_TEST_LAUNCHER=$SANITIZER;--tool;$tool;--error-exitcode;1$extra" > /dev/null 2>&1
+    (cd "$BUILD" && ctest --output-on-failure -L gpu -LE big -j 4 --timeout 900) > "$log" 2>&1
+    rc=$?
+    errors=$(grep -hE "ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]" "$log" | head -3 | tr '\n' ' ')
+    record $tool $([ $rc -eq 0 ] && echo ok || echo FAIL) "$(ctest_counts "$log") ${errors}"
+done
+cmake -S . -B "$BUILD" -DFA_GPU_TEST_LAUNCHER= > /dev/null 2>&1
+
+if want headline && [ -x tools/headline.sh ]; then
+    tools/headline.sh "$BUILD/bin" > "$LOGDIR/headline.log" 2>&1
+    record headline $([ $? -eq 0 ] && echo ok || echo FAIL) "see headline.log"
+fi
+
+if want bench && [ -f tools/bench.py ]; then
+    python3 tools/bench.py --build "$BUILD" --out "$LOGDIR" > "$LOGDIR/bench.log" 2>&1
+    record bench $([ $? -eq 0 ] && echo ok || echo FAIL) "see bench.log, results.csv, summary.md"
+fi
+
+echo
+echo "== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)) =="
+printf '%s\n' "${summary[@]}"
+exit $failed
