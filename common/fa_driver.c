@@ -7,6 +7,7 @@
 #include "fa_timer.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -32,11 +33,11 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
                         float *o_host, float *o_device, float *lse_host, float *lse_device) {
     impl->n_outputs = 0;
     fa_output *o = &impl->outputs[impl->n_outputs++];
-    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, FA_TOL_FORWARD};
+    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward};
     fa_dims_q(shape, o->dims);
     if (!lse_host) return;
     fa_output *lse = &impl->outputs[impl->n_outputs++];
-    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, FA_TOL_FORWARD};
+    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward};
     fa_dims_lse(shape, lse->dims);
 }
 
@@ -132,6 +133,20 @@ static void choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
     for (int64_t i = 0; i < count; i++) heads[count == 1 ? 0 : i * (BH - 1) / (count - 1)] = 1;
 }
 
+static float max_abs(const float *x, int64_t n) {
+    float m = 0.0f;
+#pragma omp parallel for reduction(max : m)
+    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+double fa_tolerance_for_inputs(const fa_shape *s, const fa_inputs *in, double base) {
+    const double eps = 1.1920929e-7;   // float32 machine epsilon
+    double logit_error = eps * sqrt((double)s->D) * s->scale * max_abs(in->q, fa_numel_q(s)) *
+                         max_abs(in->k, fa_numel_kv(s));
+    return fmax(base, 20.0 * logit_error);
+}
+
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref) {
     const fa_shape *s = &opt->shape;
     const int64_t BH = s->B * s->H;
@@ -142,6 +157,8 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     if (count < 1) count = 1;
     choose_heads(ref->heads, BH, count);
     ref->heads_checked = (int)(count < BH ? count : BH);
+    ref->tol_forward = fa_tolerance_for_inputs(s, in, FA_TOL_FORWARD);
+    ref->tol_backward = fa_tolerance_for_inputs(s, in, FA_TOL_BACKWARD);
 
     double start = fa_now_ms();
     fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);

@@ -22,6 +22,8 @@ typedef struct {
     int heads_checked;
     double *o, *lse;            // forward
     double *dq, *dk, *dv;       // backward (NULL unless asked for)
+    double tol_forward;         // tolerances for these inputs (fa_tolerance_for_inputs)
+    double tol_backward;
 } fa_reference;
 
 // One output of an implementation and what it is checked against.
@@ -66,6 +68,12 @@ void fa_free_inputs(fa_inputs *in);
 // Runs the oracle on the heads --check-heads (or the time budget) selects; prints a line while it works.
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref);
 void fa_free_reference(fa_reference *ref);
+
+// The tolerance of a check on these inputs: `base` (FA_TOL_FORWARD or FA_TOL_BACKWARD), raised when the logits are
+// large. A float32 dot product of D terms carries an error of about eps * sqrt(D) * scale * max|q| * max|k|, and an
+// error in a logit is a relative error of the same size in exp(logit): with --scale 20 the logits reach 100 and the
+// error grows with them, while the algorithm is still right. The factor 20 leaves a margin over that estimate.
+double fa_tolerance_for_inputs(const fa_shape *shape, const fa_inputs *in, double base);
 
 // Sets OpenMP's thread count for the CPU runs that follow.
 void fa_set_threads(int threads);

@@ -68,10 +68,7 @@ double fa_flops_forward(const fa_shape *s) {
 
 double fa_flops_backward(const fa_shape *s) { return 2.5 * fa_flops_forward(s); }
 
-void fa_contiguous_strides(int64_t B, int64_t H, int64_t S, int64_t D, int64_t out[4]) {
-    (void)B;
-    out[3] = 1;
-    out[2] = D;
-    out[1] = S * D;
-    out[0] = H * S * D;
+fa_strides fa_strides_contiguous(int64_t H, int64_t S, int64_t D) {
+    fa_strides st = {H * S * D, S * D, D, 1};
+    return st;
 }

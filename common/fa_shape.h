@@ -40,8 +40,15 @@ double fa_flops_forward(const fa_shape *shape);
 // Backward FLOPs: 2.5 times the forward.
 double fa_flops_backward(const fa_shape *shape);
 
-// Strides (in elements) of a contiguous [B, H, S, D] tensor: out[0..3] = stride_b, stride_h, stride_s, stride_d.
-void fa_contiguous_strides(int64_t B, int64_t H, int64_t S, int64_t D, int64_t out[4]);
+// Strides of a [B, H, S, D] tensor, in elements: element (b, h, s, d) is at b*b_ + h*h_ + s*s_ + d*d_.
+// Kernels take them explicitly (as the tutorial's stride_qb, stride_qh, stride_qs, stride_qd), so that a view of a
+// larger tensor (a transposed layout, a slice) can be passed without a copy.
+typedef struct {
+    int64_t b, h, s, d;
+} fa_strides;
+
+// The strides of a contiguous [B, H, S, D] tensor: (H*S*D, S*D, D, 1).
+fa_strides fa_strides_contiguous(int64_t H, int64_t S, int64_t D);
 
 #ifdef __cplusplus
 }
