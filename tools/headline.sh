@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tools/headline.sh BINDIR - every phase at the shapes the issues quote, with the check block and timing table each
+# prints. Phases whose binary does not exist yet are left out. tools/gpu_check.sh runs it into headline.log.
+set -uo pipefail
+BIN=${1:-build/bin}
+status=0
+run() {   # run BINARY ARGS...: prints the command, then its output
+    local binary=$1; shift
+    [ -x "$BIN/$binary" ] || return 0
+    echo; echo "\$ $binary $*"
+    "$BIN/$binary" "$@" 2>&1 || status=1
+}
+
+run phase1_naive                                    # the class demo's shape, CPU and GPU
+for D in 64 128; do
+    for causal in "" "--causal"; do
+        run phase1_naive --impl cuda --B 4 --H 16 --S 4096 --D $D $causal --check-heads 2 --iters 10
+    done
+done
+
+for N in 4096 16384; do
+    run phase2_online_softmax --S $N --D 64 --check-heads 1 --iters 5
+done
+
+for D in 64 128; do
+    for causal in "" "--causal"; do
+        run phase3_forward_4d --impl cuda --step 3 --B 4 --H 16 --S 4096 --D $D $causal --check-heads 2 --iters 10
+    done
+done
+run phase3_forward_4d --impl cpu --step 3 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1 --iters 3
+
+for D in 64 128; do
+    for causal in "" "--causal"; do
+        for dq in deterministic atomic; do
+            run phase4_backward --impl cuda --B 4 --H 16 --S 4096 --D $D $causal --dq $dq --check-heads 2 --iters 10
+        done
+    done
+done
+exit $status
