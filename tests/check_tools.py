@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""check_tools.py - the tests of tools/ (label tools; tests/tools.cmake runs them).
+
+    check_tools.py bench  TOOLS BUILD OUT     bench.py --quick on phase 1's CPU: a well-formed CSV whose numbers add up
+    check_tools.py plots  TOOLS FIXTURE OUT   plot_bench.py on a small CSV: five valid PNGs; bad CSVs refused (exit 2)
+    check_tools.py npy    TOOLS BUILD OUT     pytorch_compare.py --check --reference numpy on phase 1's --save-dir:
+                                              passes on the real outputs, fails on one changed element
+
+Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
+"""
+import csv
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+FIELDS = ["phase", "step", "impl", "threads", "B", "H", "Sq", "Sk", "D", "causal", "block_m", "block_n", "pass",
+          "status", "median_ms", "min_ms", "gflops", "flops", "extra_bytes", "copy_ms", "cpu_model", "gpu_name",
+          "commit"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FIGURES = ("time", "gflops", "speedup", "memory", "causal")
+failures = []
+
+
+def expect(condition, message):
+    if not condition:
+        failures.append(message)
+        print(f"FAIL: {message}")
+    return condition
+
+
+def run(cmd):
+    print("$ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sys.stdout.write(proc.stdout[-3000:])
+    sys.stdout.write(proc.stderr[-3000:])
+    return proc
+
+
+def fresh(directory):
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    return directory
+
+
+def check_bench(tools, build, out):
+    fresh(out)
+    proc = run([sys.executable, os.path.join(tools, "bench.py"), "--quick", "--cpu-only", "--phases", "1",
+                "--build", build, "--out", out])
+    expect(proc.returncode == 0, f"bench.py --quick exited {proc.returncode}")
+    expect("[  4/4]" in proc.stdout and "left" in proc.stdout, "no progress line for each of the 4 configurations")
+    path = os.path.join(out, "results.csv")
+    if not expect(os.path.exists(path), f"{path} was not written"):
+        return
+    with open(path, newline="") as f:
+        lines = list(csv.reader(f))
+    expect(lines and lines[0] == FIELDS, f"CSV header is {lines[0] if lines else 'missing'}")
+    rows = [dict(zip(FIELDS, line)) for line in lines[1:]]
+    expect(all(len(line) == len(FIELDS) for line in lines), "a CSV line has the wrong number of fields")
+    threads = {int(r["threads"]) for r in rows}
+    configs = {(r["Sq"], r["causal"]) for r in rows}
+    expect(configs == {("128", "0"), ("256", "0"), ("128", "1"), ("256", "1")}, f"configurations {sorted(configs)}")
+    expect(1 in threads and len(rows) == 4 * len(threads), f"{len(rows)} rows for threads {sorted(threads)}")
+    for r in rows:
+        where = f"row {r['step']} S={r['Sq']} causal={r['causal']} threads={r['threads']}"
+        expect(r["phase"] == "phase1_naive" and r["impl"] == "cpu", f"{where}: phase/impl {r['phase']}/{r['impl']}")
+        expect(r["status"] == "ok" and r["pass"] == "1", f"{where}: status {r['status']}, pass {r['pass']}")
+        B, H, S, D = (int(r[k]) for k in ("B", "H", "Sq", "D"))
+        flops = 4.0 * B * H * S * S * D / (2 if r["causal"] == "1" else 1)
+        median, low, gflops = float(r["median_ms"]), float(r["min_ms"]), float(r["gflops"])
+        expect(abs(float(r["flops"]) - flops) <= 1e-5 * flops, f"{where}: flops {r['flops']}, expected {flops:g}")
+        expect(0 < low <= median, f"{where}: min {low} and median {median} ms")
+        expect(abs(gflops - flops / (median * 1e6)) <= 0.01 * gflops + 1e-3, f"{where}: GFLOP/s {gflops}")
+        expect(int(r["extra_bytes"]) == 2 * B * H * S * S * 4, f"{where}: extra bytes {r['extra_bytes']} (S and P)")
+        expect(r["cpu_model"] != "" and r["commit"] != "", f"{where}: empty cpu_model or commit")
+    summary = os.path.join(out, "summary.md")
+    if expect(os.path.exists(summary), "summary.md was not written"):
+        with open(summary) as f:
+            text = f.read()
+        expect("| phase1_naive | naive | no |" in text and "GFLOP/s" in text, "summary.md has no phase 1 table row")
+
+
+def png_size(path):
+    """(width, height) from a PNG's IHDR chunk, or None when the file is not a PNG."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if len(head) < 24 or head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
+def check_plots(tools, fixture, out):
+    try:
+        import matplotlib  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError:
+        print("SKIPPED: matplotlib or NumPy is not installed (python3 -m pip install numpy matplotlib)")
+        sys.exit(77)
+    fresh(out)
+    script = os.path.join(tools, "plot_bench.py")
+    proc = run([sys.executable, script, fixture, "--outdir", out, "--prefix", "test-"])
+    expect(proc.returncode == 0, f"plot_bench.py exited {proc.returncode}")
+    for name in FIGURES:
+        path = os.path.join(out, f"test-{name}.png")
+        if not expect(os.path.exists(path), f"{path} was not written"):
+            continue
+        size = png_size(path)
+        expect(size is not None, f"{path} is not a PNG")
+        expect(size is None or (size[0] >= 800 and size[1] >= 500), f"{path}: {size} pixels, too small for a slide")
+        expect(os.path.getsize(path) > 20000, f"{path}: only {os.path.getsize(path)} bytes")
+
+    # Refusals: exit 2 and one "error:" line.
+    bad = os.path.join(out, "bad.csv")
+    with open(bad, "w") as f:
+        f.write("phase,step\nphase1_naive,naive\n")
+    for args, words in (([bad], "not a benchmark CSV"), ([os.path.join(out, "missing.csv")], "cannot read"),
+                        ([fixture, "--D", "12345"], "no rows with D=12345")):
+        proc = run([sys.executable, script, *args, "--outdir", out])
+        lines = proc.stderr.strip().splitlines()
+        expect(proc.returncode == 2, f"plot_bench.py {args[-1]}: exit {proc.returncode}, expected 2")
+        expect(len(lines) == 1 and lines[0].startswith("error:") and words in lines[0],
+               f"plot_bench.py {args[-1]}: stderr {lines}")
+
+
+def check_npy(tools, build, out):
+    try:
+        import numpy as np
+    except ImportError:
+        print("SKIPPED: NumPy is not installed")
+        sys.exit(77)
+    fresh(out)
+    binary = os.path.join(build, "bin", "phase1_naive")
+    save = os.path.join(out, "run")
+    proc = run([binary, "--impl", "cpu", "--B", "2", "--H", "3", "--Sq", "70", "--Sk", "45", "--D", "32", "--causal",
+                "--scale", "0.3", "--iters", "0", "--save-dir", save])
+    expect(proc.returncode == 0, f"phase1_naive --save-dir exited {proc.returncode}")
+    script = os.path.join(tools, "pytorch_compare.py")
+    check = [sys.executable, script, "--check", save, "--reference", "numpy"]
+    proc = run(check)
+    expect(proc.returncode == 0 and "All checks passed." in proc.stdout, f"check of the real outputs: {proc.returncode}")
+    expect("causal=yes scale=0.3" in proc.stdout, "causal and --scale were not read from command.txt")
+    # One element of LSE off by 1e-3 (relative 1e-4, five times the tolerance): the check must fail, naming LSE.
+    lse = np.load(os.path.join(save, "lse.npy"))
+    lse[1, 2, 33] += 1e-3 * max(1.0, abs(float(lse[1, 2, 33])))
+    np.save(os.path.join(save, "lse.npy"), lse)
+    proc = run(check)
+    expect(proc.returncode == 1 and "LSE" in proc.stdout and "(1,2,33)" in proc.stdout,
+           f"a changed LSE element was not caught (exit {proc.returncode})")
+    proc = run([sys.executable, script, "--check", os.path.join(out, "nothing-here"), "--reference", "numpy"])
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:"), f"a missing folder: exit {proc.returncode}")
+
+
+def main(argv):
+    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy"):
+        print(__doc__)
+        return 2
+    what, tools, second, out = argv
+    {"bench": check_bench, "plots": check_plots, "npy": check_npy}[what](tools, second, out)
+    print(f"{len(failures)} failure(s)" if failures else "PASSED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

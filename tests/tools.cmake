@@ -1,0 +1,34 @@
+# tools/: the benchmark sweep, the plots, and the PyTorch comparison's .npy check (label tools).
+# tests/check_tools.py does the work; it exits 77 (skipped) where NumPy or matplotlib is missing.
+if(NOT Python3_Interpreter_FOUND)
+  return()
+endif()
+set(tools_checker ${CMAKE_CURRENT_SOURCE_DIR}/check_tools.py)
+set(tools_dir ${CMAKE_SOURCE_DIR}/tools)
+
+# bench.py --quick on phase 1's CPU: a well-formed results.csv (header, one row per run, FLOPs and GFLOP/s that add
+# up, S and P bytes), a progress line per configuration, and summary.md.
+add_test(NAME tools_bench_quick
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} bench ${tools_dir} ${CMAKE_BINARY_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tools_bench_quick)
+
+# plot_bench.py on a small CSV (tests/fixtures/bench_small.csv: CPU, GPU, PyTorch and out-of-memory rows): five PNGs,
+# each a real PNG of slide size; a CSV that is not a benchmark CSV is refused with one "error:" line and exit 2.
+add_test(NAME tools_plots
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} plots ${tools_dir}
+                 ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bench_small.csv ${CMAKE_CURRENT_BINARY_DIR}/tools_plots)
+
+# pytorch_compare.py --check with its NumPy reference (no PyTorch needed): passes on phase 1's saved outputs, fails
+# on one changed element.
+add_test(NAME tools_npy_check
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} npy ${tools_dir} ${CMAKE_BINARY_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tools_npy_check)
+
+# The three scripts compile (pytorch_compare.py cannot run here: no PyTorch, no GPU).
+add_test(NAME tools_py_compile
+         COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
+                 ${tools_dir}/bench.py ${tools_dir}/plot_bench.py ${tools_dir}/pytorch_compare.py ${tools_checker})
+
+set_tests_properties(tools_bench_quick tools_plots tools_npy_check tools_py_compile
+                     PROPERTIES LABELS "tools;cpu" SKIP_RETURN_CODE 77)
+set_tests_properties(tools_bench_quick tools_npy_check PROPERTIES REQUIRED_FILES "${CMAKE_BINARY_DIR}/bin/phase1_naive")
