@@ -133,10 +133,12 @@ static void choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
     for (int64_t i = 0; i < count; i++) heads[count == 1 ? 0 : i * (BH - 1) / (count - 1)] = 1;
 }
 
+// The largest finite |x[i]|: an Inf in the inputs must not make the tolerance infinite (every result would pass).
 static float max_abs(const float *x, int64_t n) {
     float m = 0.0f;
 #pragma omp parallel for reduction(max : m)
-    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i])) m = fmaxf(m, fabsf(x[i]));
     return m;
 }
 
@@ -147,11 +149,45 @@ double fa_tolerance_for_inputs(const fa_shape *s, const fa_inputs *in, double ba
     return fmax(base, 20.0 * logit_error);
 }
 
+// Counts the NaN and Inf values of x and finds the first one (its flat index, or -1).
+static int64_t count_nonfinite(const float *x, int64_t n, int64_t *first) {
+    int64_t count = 0, first_at = INT64_MAX;
+#pragma omp parallel for reduction(+ : count) reduction(min : first_at)
+    for (int64_t i = 0; i < n; i++) {
+        if (isfinite(x[i])) continue;
+        count++;
+        if (i < first_at) first_at = i;
+    }
+    *first = count ? first_at : -1;
+    return count;
+}
+
+// Inputs with NaN or Inf (they can only come from --load-dir) are computed as they are: the oracle's answer is NaN or
+// Inf wherever the math carries them, and every check on such an element fails (docs/robustness.md). Say so up front,
+// with the first bad element, so that the failing check block that follows has its explanation.
+static void report_nonfinite_inputs(const fa_shape *s, const fa_inputs *in) {
+    const struct { const char *name; const float *x; int64_t S; } tensors[] = {
+        {"q", in->q, s->Sq}, {"k", in->k, s->Sk}, {"v", in->v, s->Sk}, {"do", in->dout, s->Sq}};
+    for (int t = 0; t < 4; t++) {
+        if (!tensors[t].x) continue;
+        const int64_t S = tensors[t].S, D = s->D;
+        int64_t first, count = count_nonfinite(tensors[t].x, s->B * s->H * S * D, &first);
+        if (!count) continue;
+        fprintf(stderr, "warning: %s holds %lld NaN/Inf value(s), the first at (b,h,s,d) = (%lld,%lld,%lld,%lld); "
+                        "every output the math makes NaN/Inf from them fails its check\n",
+                tensors[t].name, (long long)count, (long long)(first / (S * D) / s->H),
+                (long long)(first / (S * D) % s->H), (long long)(first / D % S), (long long)(first % D));
+    }
+}
+
+// The oracle's arrays are indexed like the full tensors but only the checked heads are materialised
+// (fa_oracle_alloc_heads): a run with billions of elements and --check-heads 2 needs memory for two heads here.
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref) {
     const fa_shape *s = &opt->shape;
     const int64_t BH = s->B * s->H;
     memset(ref, 0, sizeof *ref);
     ref->heads = malloc((size_t)BH);
+    if (!ref->heads) fa_die("out of host memory: the oracle's head mask needs %lld bytes", (long long)BH);
     double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 3.5 : 1.0);
     int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / per_head);
     if (count < 1) count = 1;
@@ -159,22 +195,24 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     ref->heads_checked = (int)(count < BH ? count : BH);
     ref->tol_forward = fa_tolerance_for_inputs(s, in, FA_TOL_FORWARD);
     ref->tol_backward = fa_tolerance_for_inputs(s, in, FA_TOL_BACKWARD);
+    report_nonfinite_inputs(s, in);
 
     double start = fa_now_ms();
     fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
     fflush(stderr);
     fa_set_threads(omp_get_num_procs());
-    double *q = fa_to_double(in->q, fa_numel_q(s), "oracle Q");
-    double *k = fa_to_double(in->k, fa_numel_kv(s), "oracle K");
-    double *v = fa_to_double(in->v, fa_numel_kv(s), "oracle V");
-    ref->o = fa_alloc_doubles(fa_numel_q(s), "oracle O");
-    ref->lse = fa_alloc_doubles(fa_numel_lse(s), "oracle LSE");
+    const int64_t q_head = s->Sq * s->D, kv_head = s->Sk * s->D;
+    double *q = fa_oracle_heads_to_double(in->q, s, ref->heads, q_head, "oracle Q");
+    double *k = fa_oracle_heads_to_double(in->k, s, ref->heads, kv_head, "oracle K");
+    double *v = fa_oracle_heads_to_double(in->v, s, ref->heads, kv_head, "oracle V");
+    ref->o = fa_oracle_alloc_heads(s, ref->heads, q_head, "oracle O");
+    ref->lse = fa_oracle_alloc_heads(s, ref->heads, s->Sq, "oracle LSE");
     fa_oracle_forward(s, q, k, v, ref->heads, ref->o, ref->lse);
     if (backward) {
-        double *dout = fa_to_double(in->dout, fa_numel_q(s), "oracle dO");
-        ref->dq = fa_alloc_doubles(fa_numel_q(s), "oracle dQ");
-        ref->dk = fa_alloc_doubles(fa_numel_kv(s), "oracle dK");
-        ref->dv = fa_alloc_doubles(fa_numel_kv(s), "oracle dV");
+        double *dout = fa_oracle_heads_to_double(in->dout, s, ref->heads, q_head, "oracle dO");
+        ref->dq = fa_oracle_alloc_heads(s, ref->heads, q_head, "oracle dQ");
+        ref->dk = fa_oracle_alloc_heads(s, ref->heads, kv_head, "oracle dK");
+        ref->dv = fa_oracle_alloc_heads(s, ref->heads, kv_head, "oracle dV");
         fa_oracle_backward(s, q, k, v, dout, ref->heads, ref->dq, ref->dk, ref->dv);
         free(dout);
     }

@@ -49,9 +49,11 @@ static int parse_shape(const char *at, fa_npy_header *h, char *err, size_t err_l
         long long n = strtoll(at, &end, 10);
         if (errno || n < 0 || n > (1LL << 40)) return fail(err, err_len, "npy header: a dimension is out of range");
         h->shape[h->ndim++] = n;
-        // Every factor is at most 2^40 and we stop as soon as the product passes 2^40: no overflow.
+        // numel stays at most 2^40: the product is checked by division before it is formed, so it never overflows
+        // (two factors of 2^40 each would).
+        if (n > 0 && h->numel > (INT64_C(1) << 40) / n)
+            return fail(err, err_len, "npy header: the declared shape is too large");
         h->numel *= n;
-        if (h->numel > (INT64_C(1) << 40)) return fail(err, err_len, "npy header: the declared shape is too large");
         at = end;
         while (*at == ' ') at++;
         if (*at == ',') at++;
@@ -110,6 +112,11 @@ float *fa_npy_load_f32(const char *path, int ndim, const int64_t *shape, char *e
     }
     unsigned char head[NPY_MAX_HEADER_LEN + 12];
     size_t got = fread(head, 1, sizeof head, f);
+    if (ferror(f)) {   // a folder, a device that cannot be read, ...
+        snprintf(err, err_len, "cannot read %s: %s", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
     fa_npy_header h;
     if (fa_npy_parse_header(head, got, &h, why, sizeof why) != 0) {
         snprintf(err, err_len, "%s: %s", path, why);

@@ -13,6 +13,34 @@ double *fa_to_double(const float *x, int64_t count, const char *what) {
     return out;
 }
 
+double *fa_oracle_alloc_heads(const fa_shape *s, const unsigned char *heads, int64_t per_head, const char *what) {
+    const int64_t BH = s->B * s->H;
+    int64_t kept = 0;
+    for (int64_t bh = 0; bh < BH; bh++) kept += !heads || heads[bh];
+    const double touched = (double)kept * (double)per_head * sizeof(double);
+    const int64_t available = fa_host_available_bytes();
+    if (available >= 0 && touched > (double)available)
+        fa_die("out of host memory: %s needs %.0f bytes for %lld heads", what, touched, (long long)kept);
+    double *x = calloc((size_t)(BH * per_head), sizeof(double));
+    if (!x)
+        fa_die("out of host memory: %s needs %.0f bytes of address space", what,
+               (double)BH * (double)per_head * sizeof(double));
+    return x;
+}
+
+double *fa_oracle_heads_to_double(const float *x, const fa_shape *s, const unsigned char *heads, int64_t per_head,
+                                  const char *what) {
+    double *out = fa_oracle_alloc_heads(s, heads, per_head, what);
+    for (int64_t bh = 0; bh < s->B * s->H; bh++) {
+        if (heads && !heads[bh]) continue;
+        const float *from = x + bh * per_head;
+        double *to = out + bh * per_head;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < per_head; i++) to[i] = (double)from[i];
+    }
+    return out;
+}
+
 static int64_t visible_keys(const fa_shape *s, int64_t i) {
     if (!s->causal) return s->Sk;
     return i + 1 < s->Sk ? i + 1 : s->Sk;   // row i sees keys 0..i
@@ -69,9 +97,9 @@ void fa_oracle_forward(const fa_shape *s, const double *q, const double *k, cons
 void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, const double *v, const double *dout,
                         const unsigned char *heads, double *dq, double *dk, double *dv) {
     const int64_t D = s->D, BH = s->B * s->H;
-    double *o = fa_alloc_doubles(BH * s->Sq * D, "oracle O");
-    double *lse = fa_alloc_doubles(BH * s->Sq, "oracle LSE");
-    double *delta = fa_alloc_doubles(BH * s->Sq, "oracle Delta");
+    double *o = fa_oracle_alloc_heads(s, heads, s->Sq * D, "oracle O");
+    double *lse = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle LSE");
+    double *delta = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle Delta");
     fa_oracle_forward(s, q, k, v, heads, o, lse);
 
     // Pass 1, one query row at a time: Delta_i = dO_i . O_i, and dQ_i = scale * sum_j dS_ij k_j.

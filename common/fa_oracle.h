@@ -18,6 +18,15 @@ extern "C" {
 // Copies count floats into a new double array (exits 2 when memory runs out).
 double *fa_to_double(const float *x, int64_t count, const char *what);
 
+// The oracle's arrays for a sample of heads. They are indexed like the full tensor, [B*H, per_head] (so that a result
+// and its reference share every index), but only the heads marked in `heads` (NULL = all) are ever written or read.
+// calloc gives a large block as fresh zero pages that the kernel maps on first touch, so the heads left out cost
+// address space, not memory; the memory guard is asked for the heads kept. Exits 2 when those do not fit.
+double *fa_oracle_alloc_heads(const fa_shape *shape, const unsigned char *heads, int64_t per_head, const char *what);
+// fa_oracle_alloc_heads, then the marked heads of the float32 tensor x ([B*H, per_head]) converted to double.
+double *fa_oracle_heads_to_double(const float *x, const fa_shape *shape, const unsigned char *heads,
+                                  int64_t per_head, const char *what);
+
 // o: [B, H, Sq, D], lse: [B, H, Sq] (natural log).
 void fa_oracle_forward(const fa_shape *shape, const double *q, const double *k, const double *v,
                        const unsigned char *heads, double *o, double *lse);
