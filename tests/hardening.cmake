@@ -186,14 +186,24 @@ endfunction()
 fa_add_hardening_suite(hardening_phase1 phase1_naive)
 
 # --- 64-bit sizes ----------------------------------------------------------------------------------------------------
-# B*H*Sq*D = 4*1024*4097*128 = 2^31 + 2^19 elements in Q and in O (8 GiB each, float32): every flat index of the last
-# heads is past 2^31, so any 32-bit index arithmetic would read or write the wrong place (or crash). Sk = 3 keeps the
-# work small, and --check-heads 2 has the oracle check the first and the last head (the last one lies past 2^31); the
-# oracle materialises only those two heads (fa_make_reference). About 17 GiB of memory, a minute on 2 cores. Where
-# the machine has too little free memory the binary refuses with one line (exit 2) and the test reports itself
-# skipped. Left out of `make sanitize`: under ASan it would need more memory than the CI machine has.
-set(big_flags --B 4 --H 1024 --Sq 4097 --Sk 3 --D 128 --check-heads 2)
-foreach(impl cpu cuda)
-  fa_add_stress_test(NAME hardening_phase1_${impl}_2p31 BINARY phase1_naive IMPL ${impl} BIG STATUS 0
-                     CHECKS O/PASS LSE/PASS ARGS ${big_flags} --causal)
-endforeach()
+# B*H*Sq*D = 4*1024*4097*128 = 2^31 + 2^19 elements in Q and in O (8 GiB each, float32): the flat indices of the last
+# head run past 2^31, so 32-bit signed index arithmetic would read or write the wrong place (a mutant of
+# naive_attention_cpu() with an int32_t index crashes here). Sk = 3 keeps the work small, and --check-heads 2 has the
+# oracle check the first and the last head; it materialises only those two (fa_make_reference()). About 16.5 GiB of
+# memory and 75 s on the 2-core machine. Where the machine has too little free memory the binary refuses with one
+# line (exit 2) and the test reports itself skipped. Left out of `make sanitize` (label big): under ASan it would need
+# more memory than the CI machine has.
+# The GPU runs the same shape, and one past 2^32 elements (B = 8: 16 GiB per tensor, 32 GiB host and GPU memory),
+# which also catches unsigned 32-bit indices.
+set(big_2p31 --B 4 --H 1024 --Sq 4097 --Sk 3 --D 128 --check-heads 2 --causal)
+set(big_2p32 --B 8 --H 1024 --Sq 4097 --Sk 3 --D 128 --check-heads 2 --causal)
+function(fa_add_big_tests prefix binary)
+  cmake_parse_arguments(S "" "" "EXTRA" ${ARGN})
+  fa_add_stress_test(NAME ${prefix}_cpu_2p31 BINARY ${binary} IMPL cpu BIG STATUS 0 CHECKS O/PASS
+                     ARGS ${big_2p31} ${S_EXTRA})
+  fa_add_stress_test(NAME ${prefix}_cuda_2p31 BINARY ${binary} IMPL cuda BIG STATUS 0 CHECKS O/PASS
+                     ARGS ${big_2p31} ${S_EXTRA})
+  fa_add_stress_test(NAME ${prefix}_cuda_2p32 BINARY ${binary} IMPL cuda BIG STATUS 0 CHECKS O/PASS
+                     ARGS ${big_2p32} ${S_EXTRA})
+endfunction()
+fa_add_big_tests(hardening_phase1 phase1_naive)
