@@ -121,17 +121,22 @@ def memory_wall_S():
 
 
 def plan(args, have_gpu, bin_dir):
-    configs, missing = [], []
+    """The configurations, GPU first (on a GPU machine those are the numbers that matter most when --max-seconds cuts
+    the sweep short), then CPU; within a device by phase, head dim, causal, and S rising."""
     wanted = set(args.phases or [])
+    entries, missing = [], []
     for entry in SWEEP:
         if wanted and not ({entry.binary, entry.binary[:6], entry.binary[5:6]} & wanted):
             continue
-        if not os.access(os.path.join(bin_dir, entry.binary), os.X_OK):
+        if os.access(os.path.join(bin_dir, entry.binary), os.X_OK):
+            entries.append(entry)
+        else:
             missing.append(entry.binary)
-            continue
-        devices = [d for d, on in (("cpu", not args.gpu_only), ("cuda", have_gpu and not args.cpu_only)) if on]
-        head_dims = (64,) if args.quick else HEAD_DIMS
-        for device in devices:
+    devices = [d for d, on in (("cuda", have_gpu and not args.cpu_only), ("cpu", not args.gpu_only)) if on]
+    head_dims = (64,) if args.quick else HEAD_DIMS
+    configs = []
+    for device in devices:
+        for entry in entries:
             if args.quick:
                 sizes = (128, 256)
             else:
@@ -139,10 +144,10 @@ def plan(args, have_gpu, bin_dir):
             for D in head_dims:
                 for causal in entry.causal:
                     configs += [Config(entry, device, S, D, causal) for S in sizes]
-        if entry.binary == "phase1_naive" and "cpu" in devices and not args.quick:
-            wall = memory_wall_S()
-            if wall:
-                configs.append(Config(entry, "cpu", wall, 64, False, probe=True))
+            if entry.binary == "phase1_naive" and device == "cpu" and not args.quick:
+                wall = memory_wall_S()
+                if wall:
+                    configs.append(Config(entry, "cpu", wall, 64, False, probe=True))
     return configs, missing
 
 
@@ -166,6 +171,7 @@ def command(bin_dir, config, threads, csv_path, quick):
 class Estimator:
     PRIOR_FLOPS_PER_S = {"cpu": 4e9, "cuda": 4e11}   # a whole configuration (all its runs), before any was measured
     OVERHEAD_S = 0.3                                   # process start, inputs, oracle at small S
+    TRUSTED_S = 2.0
 
     def __init__(self):
         self.seconds, self.done = {}, {}   # per (binary, device): measured seconds, work done
@@ -183,10 +189,11 @@ class Estimator:
     def predict(self, config, quick):
         key = (config.entry.binary, config.device)
         rate = None
-        if self.done.get(key):
+        # Learned rates only once they rest on a few seconds of work: small runs are all overhead.
+        if self.seconds.get(key, 0.0) >= self.TRUSTED_S:
             rate = self.seconds[key] / self.done[key]
-        else:   # another binary on the same device, scaled by nothing: better than the prior
-            same = [k for k in self.done if k[1] == config.device and self.done[k]]
+        else:   # another binary on the same device: better than the prior
+            same = [k for k in self.done if k[1] == config.device and self.seconds[k] >= self.TRUSTED_S]
             if same:
                 rate = sum(self.seconds[k] for k in same) / sum(self.done[k] for k in same)
         if rate is None:

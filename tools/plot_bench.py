@@ -87,8 +87,14 @@ class Row:
         return "cuda" if self.impl == "cuda" else ("cpu1" if self.threads == 1 else "cpuN")
 
     @property
+    def machine(self):
+        """The processor that ran it: the GPU for a cuda row, the CPU otherwise."""
+        return self.gpu_name if self.impl == "cuda" else self.cpu_model
+
+    @property
     def series(self):
-        return (self.phase, self.step)
+        """One line of a figure: an implementation on one machine."""
+        return (self.phase, self.step, self.machine)
 
 
 def read_csvs(paths):
@@ -109,42 +115,65 @@ def read_csvs(paths):
 
 
 def drop_repeated_baselines(rows):
-    """Phases 2-4 time phase 1's naive forward again as their baseline; phase 1's own rows are enough."""
-    return [r for r in rows if not (r.step == "naive" and r.phase != "phase1_naive")]
+    """Later phases time an earlier phase's implementation again as their baseline (phase 1's naive forward; phase
+    3's forward in phase 4, labelled "forward (phase 3 step 3)"); the earlier phase's own rows are enough."""
+    return [r for r in rows if not ((r.step == "naive" and r.phase != "phase1_naive") or
+                                    re.search(r"\(phase \d", r.step))]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Labels, colours, machine
 
+def short_machine(name):
+    """ "Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.0GHz" -> "Intel Xeon Platinum 8480+" """
+    name = re.sub(r"\((R|TM|tm|r)\)", "", name)
+    name = re.sub(r"\s+(CPU\s+)?@.*$|\s+\d+-Core Processor$", "", name)
+    return re.sub(r"\s+", " ", name).strip()
+
+
 def series_label(series, rows):
-    phase, step = series
+    phase, step = series[:2]
     m = re.match(r"phase(\d)", phase)
     name = f"phase {m.group(1)}: {step}" if m else f"{'PyTorch' if phase == 'pytorch' else phase}: {step}"
-    heads = {r.B * r.H for r in rows if r.series == series}
+    heads = {r.B * r.H for r in rows if r.series[:2] == (phase, step)}
     if heads and len(heads) == 1 and heads.pop() == 1:
         name += " (1 head)"
+    if len(series) > 2 and len(machines_of_kind(rows, series[2])) > 1:
+        name += f" [{short_machine(series[2])}]"
     return name
 
 
-class Palette:
-    """The same colour and marker for one implementation in every panel and every figure."""
-    MARKERS = "osD^v<>pP*Xh"
+def machines_of_kind(rows, machine):
+    """All GPUs when `machine` is a GPU, all CPUs when it is a CPU."""
+    is_gpu = any(r.impl == "cuda" and r.gpu_name == machine for r in rows)
+    return sorted({r.machine for r in rows if (r.impl == "cuda") == is_gpu})
 
-    def __init__(self, all_series):
-        cmap = plt.get_cmap("tab10" if len(all_series) <= 10 else "tab20")
-        self.style = {}
-        for i, s in enumerate(sorted(all_series, key=order)):
-            dashed = s[0] == "pytorch"
-            self.style[s] = dict(color=cmap(i % cmap.N), marker=self.MARKERS[i % len(self.MARKERS)],
-                                 linestyle="--" if dashed else "-")
+
+class Palette:
+    """The same colour and marker for one implementation in every panel and every figure; when a CSV holds several
+    machines of one kind (two CPUs, two GPUs), the machine picks the line style."""
+    MARKERS = "osD^v<>pP*Xh"
+    LINES = ("-", "--", ":", "-.")
+
+    def __init__(self, rows):
+        algorithms = sorted({r.series[:2] for r in rows}, key=order)
+        cmap = plt.get_cmap("tab10" if len(algorithms) <= 10 else "tab20")
+        self.base = {a: dict(color=cmap(i % cmap.N), marker=self.MARKERS[i % len(self.MARKERS)])
+                     for i, a in enumerate(algorithms)}
+        self.rows = rows
 
     def __call__(self, series):
-        return self.style[series]
+        style = dict(self.base[series[:2]], linestyle="-")
+        if series[0] == "pytorch":   # the reference: hollow markers
+            style["markerfacecolor"] = "white"
+        if len(series) > 2:
+            kind = machines_of_kind(self.rows, series[2])
+            style["linestyle"] = self.LINES[kind.index(series[2]) % len(self.LINES)] if series[2] in kind else "-"
+        return style
 
 
 def order(series):
-    phase, step = series
-    return (phase == "pytorch", phase, step)
+    return (series[0] == "pytorch",) + tuple(series)
 
 
 def machine_line(rows, threads_note=True):
@@ -196,10 +225,11 @@ DEVICE_TITLES = {"cpu1": "CPU, 1 thread", "cpuN": "CPU, {threads} threads", "cud
 
 
 def curves(rows, series, device, value):
-    """(S, value) pairs for one series on one device, sorted by S; repeated measurements give their median."""
+    """(S, value) pairs for one series on one device, sorted by S; repeated measurements give their median.
+    A series of two items (phase, step) matches every machine (the speedup figure pre-selects one host)."""
     points = {}
     for r in rows:
-        if r.series == series and r.device == device and r.status == "ok" and r.median_ms > 0:
+        if r.series[:len(series)] == series and r.device == device and r.status == "ok" and r.median_ms > 0:
             points.setdefault(r.Sq, []).append(value(r))
     sizes = sorted(points)
     return np.array(sizes), np.array([np.median(points[s]) for s in sizes])
@@ -242,7 +272,7 @@ def per_device_figure(rows, palette, path, D, value, ylabel, title, log_y, note)
             x, y = curves(subset, series, device, value)
             if len(x):
                 ax.plot(x, y, label=series_label(series, rows), markersize=6, linewidth=2, **palette(series))
-        s_axis(ax, [s for s in sizes if s <= max(r.Sq for r in subset if r.device == device)])
+        s_axis(ax, [s for s in sizes if s <= max(r.Sq for r in subset if r.device == device and r.status == "ok")])
         if log_y:
             ax.set_yscale("log")
         else:
@@ -278,14 +308,17 @@ def speedup_figure(rows, palette, path, D, note):
         if has_gpu:
             rows_here = [r for r in rows_here if not r.causal]
             panel += ", non-causal"
-        for series in sorted({r.series for r in rows_here}, key=order):
-            xs, ys = curves(rows_here, series, slow, lambda r: r.median_ms)
-            xf, yf = curves(rows_here, series, fast, lambda r: r.median_ms)
+        # Pairs on one host: a GPU row's cpu_model is the CPU of the machine that held the GPU.
+        for phase, step, host in sorted({r.series[:2] + (r.cpu_model,) for r in rows_here}, key=order):
+            on_host = [r for r in rows_here if r.cpu_model == host]
+            xs, ys = curves(on_host, (phase, step), slow, lambda r: r.median_ms)
+            xf, yf = curves(on_host, (phase, step), fast, lambda r: r.median_ms)
             common = sorted(set(xs) & set(xf))
             if not common:
                 continue
             ratio = [ys[list(xs).index(s)] / yf[list(xf).index(s)] for s in common]
-            ax.plot(common, ratio, label=series_label(series, rows), markersize=6, linewidth=2, **palette(series))
+            line = next(r.series for r in on_host if r.series[:2] == (phase, step) and r.device == fast)
+            ax.plot(common, ratio, label=series_label(line, rows), markersize=6, linewidth=2, **palette(line))
             drew = True
         s_axis(ax, sizes)
         ax.set_yscale("log" if has_gpu else "linear")
@@ -310,8 +343,8 @@ def memory_figure(rows, palette, path, D, note):
         return False
     fig, ax = plt.subplots(figsize=(11, 6.6))
     sizes = sorted({r.Sq for r in subset})
-    for series in sorted({r.series for r in subset}, key=order):
-        mine = [r for r in subset if r.series == series]
+    for series in sorted({r.series[:2] for r in subset}, key=order):   # the same on every machine
+        mine = [r for r in subset if r.series[:2] == series]
         need = {}
         for r in mine:
             need[r.Sq] = max(need.get(r.Sq, 0.0), r.io_bytes() + r.extra)
@@ -413,7 +446,7 @@ def main(argv):
     prefix = args.prefix if args.prefix is not None else default_prefix(rows)
     note = f"   ({args.note})" if args.note else ""
     plt.rcParams.update({"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12})
-    palette = Palette({r.series for r in rows})
+    palette = Palette(rows)
     name = lambda kind: os.path.join(outdir, f"{prefix}{kind}.png")
 
     wrote = [
