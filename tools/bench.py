@@ -337,6 +337,20 @@ def number(x, digits=1):
     return f"{x:.{digits}f}"
 
 
+def pass_kind(r):
+    """"forward", "backward" or "fwd+bwd", from the row's FLOPs against the forward FLOPs of its shape."""
+    B, H, Sq, Sk, D = (int(r[k]) for k in ("B", "H", "Sq", "Sk", "D"))
+    if r["causal"] != "1":
+        forward = 4.0 * B * H * Sq * Sk * D
+    elif Sq == Sk:
+        forward = 2.0 * B * H * Sq * Sk * D
+    else:
+        tri = min(Sq, Sk)
+        forward = 4.0 * B * H * (tri * (tri + 1) / 2 + max(Sq - Sk, 0) * Sk) * D
+    ratio = float(r["flops"]) / forward if forward > 0 else 1.0
+    return "forward" if ratio < 1.75 else ("backward" if ratio < 3.0 else "fwd+bwd")
+
+
 def row_key(r):
     return (r["phase"], r["step"], int(r["causal"]), int(r["D"]), int(r["Sq"]))
 
@@ -413,7 +427,40 @@ def summarize(rows, note=""):
                        f" | {extra} |")
         out.append("")
 
-    # 3. What did not fit, and what failed.
+    # 3. How far from PyTorch: each GPU implementation of the suite against scaled_dot_product_attention, the same
+    #    pass (forward, or backward alone), shape and S: the largest S both have.
+    torch_rows = [r for r in ok if r["phase"] == "pytorch"]
+    suite_gpu = [r for r in ok if r["impl"] == "cuda" and r["phase"] != "pytorch"]
+    if torch_rows and suite_gpu:
+        lines = []
+        for phase, step, causal, D in sorted({(r["phase"], r["step"], int(r["causal"]), int(r["D"])) for r in suite_gpu}):
+            mine = {int(r["Sq"]): r for r in suite_gpu if (r["phase"], r["step"], int(r["causal"]), int(r["D"])) ==
+                    (phase, step, causal, D)}
+            kind = pass_kind(next(iter(mine.values())))
+            theirs = {}
+            for r in torch_rows:
+                if (int(r["causal"]), int(r["D"]), int(r["B"]), int(r["H"])) == \
+                        (causal, D, int(next(iter(mine.values()))["B"]), int(next(iter(mine.values()))["H"])) and \
+                        pass_kind(r) == kind:
+                    theirs.setdefault(int(r["Sq"]), {})[r["step"].split()[1]] = r
+            common = sorted(set(mine) & set(theirs))
+            if not common:
+                continue
+            S = common[-1]
+            cell = lambda r: f"{number(float(r['median_ms']), 2)} ({number(float(r['gflops']))})" if r else "-"
+            eff = theirs[S].get("efficient")
+            share = f"{100 * float(mine[S]['gflops']) / float(eff['gflops']):.0f}%" if eff and \
+                float(eff["gflops"]) > 0 else "-"
+            lines.append(f"| {phase} | {step} | {'yes' if causal else 'no'} | {D} | {S} | {cell(mine[S])} | "
+                         f"{cell(theirs[S].get('math'))} | {cell(eff)} | {share} |")
+        if lines:
+            out += ["## How far from PyTorch (GPU, float32, the same pass and shape)", "",
+                    "Milliseconds (GFLOP/s) at the largest S both ran; the last column is the suite's GFLOP/s as a "
+                    "share of PyTorch's memory-efficient backend.", "",
+                    "| phase | step | causal | D | S | suite | sdpa math | sdpa efficient | suite / efficient |",
+                    "|---|---|---|---|---|---|---|---|---|"] + lines + [""]
+
+    # 4. What did not fit, and what failed.
     oom = [r for r in rows if r.get("status") == "oom"]
     if oom:
         out += ["## Did not fit (recorded, not crashed)", "", "| phase | step | impl | B,H,S,D | causal | needed |",
