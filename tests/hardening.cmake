@@ -117,60 +117,103 @@ set(bad_file_cases
 
 # Numerical stress on random inputs: logits near +-100 (--scale 20, D = 64), a tiny and a huge --scale, and causal
 # attention with Sq much larger and much smaller than Sk. Each must pass its check against the oracle.
-# Entries: name|flags...
+# Entries: name|causal (0/1)|flags... (B and H are added: 1 and 2, or 1 and 1 for a one-head phase.)
 set(stress_flag_cases
-  "scale20_D64|--B|1|--H|2|--S|256|--D|64|--scale|20"
-  "scale20_D64_causal|--B|1|--H|2|--S|256|--D|64|--scale|20|--causal"
-  "scale1e-6|--B|1|--H|2|--S|256|--D|64|--scale|1e-6"
-  "scale1e3|--B|1|--H|2|--S|256|--D|64|--scale|1000"
-  "scale1e3_causal|--B|1|--H|2|--S|256|--D|64|--scale|1000|--causal"
-  "causal_Sq2000_Sk7|--B|1|--H|2|--Sq|2000|--Sk|7|--D|64|--causal"
-  "causal_Sq5_Sk3000|--B|1|--H|2|--Sq|5|--Sk|3000|--D|64|--causal"
-  "causal_Sq1_Sk1|--B|2|--H|1|--Sq|1|--Sk|1|--D|64|--causal")
+  "scale20_D64|0|--S|256|--D|64|--scale|20"
+  "scale20_D64_causal|1|--S|256|--D|64|--scale|20"
+  "scale1e-6|0|--S|256|--D|64|--scale|1e-6"
+  "scale1e3|0|--S|256|--D|64|--scale|1000"
+  "scale1e3_causal|1|--S|256|--D|64|--scale|1000"
+  "Sq2000_Sk7|0|--Sq|2000|--Sk|7|--D|64"
+  "Sq5_Sk3000|0|--Sq|5|--Sk|3000|--D|64"
+  "causal_Sq2000_Sk7|1|--Sq|2000|--Sk|7|--D|64"
+  "causal_Sq5_Sk3000|1|--Sq|5|--Sk|3000|--D|64"
+  "causal_Sq1_Sk1|1|--Sq|1|--Sk|1|--D|64")
 
-# Cases read from .npy files at B=1, H=2, S=16, D=16, planted in head (0,1) at row 5, column 3
-# (tests/stress/make_inputs.c). Entries: name|case|causal(0/1)|status|check items... The counts are what the math
-# gives: row 5 has D = 16 elements of O; with a NaN key 5, causal rows 5..15 (11 rows) see it, all 16 rows otherwise.
-# A NaN value row spreads down column 3 only. With causal, a kernel may also multiply the zero probability of a
-# masked key by the NaN (0 * NaN = NaN) and so reach rows 0..4 as well: loud, never silent, so 11..16 rows pass.
-set(stress_file_cases
-  "random|random|0|0|O/PASS|LSE/PASS"
-  "f64|f64|1|0|O/PASS|LSE/PASS"
-  "v3|v3|0|0|O/PASS|LSE/PASS"
-  "equal_k|equal_k|0|0|O/PASS|LSE/PASS"
-  "equal_k_causal|equal_k|1|0|O/PASS|LSE/PASS"
-  "zero_q|zero_q|0|0|O/PASS|LSE/PASS"
-  "zero_q_causal|zero_q|1|0|O/PASS|LSE/PASS"
-  "neginf_k|neginf_k|0|0|O/PASS|LSE/PASS"
-  "neginf_k_causal|neginf_k|1|0|O/PASS|LSE/PASS"
-  "nan_q|nan_q|0|1|O/0,1,5,0/16/16|LSE/0,1,5,0/1/1"
-  "nan_q_causal|nan_q|1|1|O/0,1,5,0/16/16|LSE/0,1,5,0/1/1"
-  "nan_k|nan_k|0|1|O/0,1,0,0/256/256|LSE/0,1,0,0/16/16"
-  "nan_k_causal|nan_k|1|1|O/0,1,5,0/176/176|LSE/0,1,5,0/11/11"
-  "nan_v|nan_v|0|1|O/0,1,0,3/16/16|LSE/PASS"
-  "nan_v_causal|nan_v|1|1|O/0,1,[0-9]+,3/11/16|LSE/PASS"
-  "inf_q|inf_q|0|1|O/0,1,5,0/16/16|LSE/0,1,5,0/1/1"
-  "inf_v|inf_v|0|1|O/0,1,0,3/16/16|LSE/PASS")
-
-# Adds, for one binary, the bad-file, flag and file cases above, on the CPU and (same expectations) on the GPU.
-# EXTRA: flags every run of this binary needs (e.g. --step 3 or --check-heads).
+# fa_add_hardening_suite(<prefix> <binary> D <d> [TWO_D] [NO_LSE] [EXTRA <flags...>])
+# Adds, for one forward binary, the bad-file cases, the flag cases above and the .npy cases below, on the CPU and with
+# the same expectations on the GPU. TWO_D: the phase works on one [N, d] head (B = H = 1, no causal). NO_LSE: none of
+# its implementations outputs LSE. EXTRA: flags every run needs.
+#
+# The .npy cases run at B = 1, H = 2 (1 for TWO_D), S = 16, D = d, with the value planted in the last head at row 5,
+# column 3 (tests/stress/make_inputs.c). The expected NaN/Inf counts are what the math gives: a NaN query row 5 makes
+# row 5 of O (d elements) and of LSE NaN; a NaN key 5 reaches every row that sees it (all 16; causal: rows 5..15,
+# 11 rows); a NaN or Inf value row reaches column 3 of O in those rows only, and not LSE. With causal, a kernel may
+# also multiply the zero probability of a masked key by the NaN value (0 * NaN = NaN) and so reach rows 0..4 of
+# column 3: loud, never silent, so 11..16 rows pass. An Inf in a query makes its logits +-Inf and exp(Inf - Inf) NaN;
+# a -Inf key logit is a mask written in the data (weight exactly 0), so neginf_k must pass. Equal scores (equal_k,
+# zero_q), float64 files and a version 3.0 header must pass too.
 function(fa_add_hardening_suite prefix binary)
-  cmake_parse_arguments(S "" "" "EXTRA" ${ARGN})
+  cmake_parse_arguments(S "TWO_D;NO_LSE" "D" "EXTRA" ${ARGN})
+  set(d ${S_D})
+  if(S_TWO_D)
+    set(H 1)
+    set(h "0,0")
+  else()
+    set(H 2)
+    set(h "0,1")
+  endif()
+  math(EXPR d16 "16 * ${d}")
+  math(EXPR d11 "11 * ${d}")
+  set(lse_pass LSE/PASS)
+  set(lse_row5 LSE/${h},5,0/1/1)
+  set(lse_all LSE/${h},0,0/16/16)
+  set(lse_from5 LSE/${h},5,0/11/11)
+  if(S_NO_LSE)
+    foreach(v lse_pass lse_row5 lse_all lse_from5)
+      set(${v} "")
+    endforeach()
+  endif()
+  # name|case|causal|status|check items...
+  set(file_cases
+    "random|random|0|0|O/PASS|${lse_pass}"
+    "f64|f64|0|0|O/PASS|${lse_pass}"
+    "v3|v3|0|0|O/PASS|${lse_pass}"
+    "equal_k|equal_k|0|0|O/PASS|${lse_pass}"
+    "zero_q|zero_q|0|0|O/PASS|${lse_pass}"
+    "neginf_k|neginf_k|0|0|O/PASS|${lse_pass}"
+    "nan_q|nan_q|0|1|O/${h},5,0/${d}/${d}|${lse_row5}"
+    "nan_k|nan_k|0|1|O/${h},0,0/${d16}/${d16}|${lse_all}"
+    "nan_v|nan_v|0|1|O/${h},0,3/16/16|${lse_pass}"
+    "inf_q|inf_q|0|1|O/${h},5,0/${d}/${d}|${lse_row5}"
+    "inf_v|inf_v|0|1|O/${h},0,3/16/16|${lse_pass}")
+  if(NOT S_TWO_D)
+    list(APPEND file_cases
+      "equal_k_causal|equal_k|1|0|O/PASS|${lse_pass}"
+      "zero_q_causal|zero_q|1|0|O/PASS|${lse_pass}"
+      "neginf_k_causal|neginf_k|1|0|O/PASS|${lse_pass}"
+      "nan_q_causal|nan_q|1|1|O/${h},5,0/${d}/${d}|${lse_row5}"
+      "nan_k_causal|nan_k|1|1|O/${h},5,0/${d11}/${d11}|${lse_from5}"
+      "nan_v_causal|nan_v|1|1|O/${h},[0-9]+,3/11/16|${lse_pass}")
+  endif()
+
   foreach(entry ${bad_file_cases})
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 case)
     list(GET parts 1 regex)
-    fa_add_stress_test(NAME ${prefix}_cpu_${case} BINARY ${binary} IMPL cpu CASE ${case} SHAPE "1|2|8|8|16"
+    string(REPLACE "(1,2," "(1,${H}," regex "${regex}")   # the messages name the shapes: adapt them to H
+    string(REPLACE "(2,8," "(${H},8," regex "${regex}")
+    if(S_TWO_D)
+      string(REPLACE "34359738368" "68719476736" regex "${regex}")
+    endif()
+    fa_add_stress_test(NAME ${prefix}_cpu_${case} BINARY ${binary} IMPL cpu CASE ${case} SHAPE "1|${H}|8|8|16"
                        STATUS 2 STDERR "${regex}" ARGS ${S_EXTRA})
   endforeach()
   foreach(impl cpu cuda)
     foreach(entry ${stress_flag_cases})
       string(REPLACE "|" ";" parts "${entry}")
-      list(POP_FRONT parts name)
-      fa_add_stress_test(NAME ${prefix}_${impl}_${name} BINARY ${binary} IMPL ${impl} STATUS 0
-                         CHECKS O/PASS ARGS ${parts} ${S_EXTRA})
+      list(POP_FRONT parts name causal)
+      if(causal AND S_TWO_D)
+        continue()
+      endif()
+      set(flags --B 1 --H ${H} ${parts} ${S_EXTRA})
+      if(causal)
+        list(APPEND flags --causal)
+      endif()
+      fa_add_stress_test(NAME ${prefix}_${impl}_${name} BINARY ${binary} IMPL ${impl} STATUS 0 CHECKS O/PASS
+                         ARGS ${flags})
     endforeach()
-    foreach(entry ${stress_file_cases})
+    foreach(entry ${file_cases})
       string(REPLACE "|" ";" parts "${entry}")
       list(POP_FRONT parts name case causal status)
       set(flags ${S_EXTRA})
@@ -178,12 +221,14 @@ function(fa_add_hardening_suite prefix binary)
         list(APPEND flags --causal)
       endif()
       fa_add_stress_test(NAME ${prefix}_${impl}_${name} BINARY ${binary} IMPL ${impl} CASE ${case}
-                         SHAPE "1|2|16|16|16" STATUS ${status} CHECKS ${parts} ARGS ${flags})
+                         SHAPE "1|${H}|16|16|${d}" STATUS ${status} CHECKS ${parts} ARGS ${flags})
     endforeach()
   endforeach()
 endfunction()
 
-fa_add_hardening_suite(hardening_phase1 phase1_naive)
+# One call per phase binary; a phase whose binary is not built yet adds nothing (fa_add_stress_test checks).
+fa_add_hardening_suite(hardening_phase1 phase1_naive D 16)
+fa_add_hardening_suite(hardening_phase2 phase2_online_softmax D 16 TWO_D)
 
 # --- 64-bit sizes ----------------------------------------------------------------------------------------------------
 # B*H*Sq*D = 4*1024*4097*128 = 2^31 + 2^19 elements in Q and in O (8 GiB each, float32): the flat indices of the last
