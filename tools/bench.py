@@ -512,45 +512,50 @@ def write_summary(out_dir, rows, note=""):
     return path, text
 
 
-def pytorch_rows(args, out_dir, log, bin_dir):
+def pytorch_rows(args, tmp, log, bin_dir):
     """On a machine with PyTorch and a GPU: PyTorch's scaled_dot_product_attention at the same shapes, and a check of
-    the suite's saved outputs against it. Runs as a separate process so that a broken PyTorch cannot stop the sweep."""
+    the suite's saved outputs against it. Separate processes, so that a broken PyTorch cannot stop the sweep; their
+    files stay in tmp (on the GPU machine only results.csv, summary.md and bench.log need to come back).
+    Returns (rows, ok, words for the summary)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pytorch_compare.py")
-    csv_path = os.path.join(out_dir, "pytorch.csv")
-    if os.path.exists(csv_path):
-        os.remove(csv_path)
+    csv_path = os.path.join(tmp, "pytorch.csv")
     sizes = ["128", "256"] if args.quick else [str(S) for S in S_ALL]
     head_dims = ["64"] if args.quick else [str(D) for D in HEAD_DIMS]
     cmd = [sys.executable, script, "--csv", csv_path, "--B", str(B), "--H", str(H), "--S", *sizes, "--D", *head_dims]
     print("pytorch: " + " ".join(cmd[1:]), flush=True)
     log.write(f"\n$ {' '.join(cmd)}\n")
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log.write(proc.stdout)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        lines = []
+        for line in proc.stdout:   # one line per measurement: the progress
+            log.write(line)
+            lines.append(line.strip())
+            print(f"pytorch: {line.rstrip()}", flush=True)
     if proc.returncode == EXIT_SKIP:
-        print("pytorch: skipped: " + (proc.stdout.strip().splitlines() or ["no PyTorch"])[-1], flush=True)
-        return [], True
+        return [], True, "PyTorch: skipped (" + (lines[-1] if lines else "not installed") + ")"
     ok = proc.returncode == 0
-    print(f"pytorch: {'ok' if ok else 'FAILED (see bench.log)'}", flush=True)
+    words = [f"PyTorch timings: {'ok' if ok else 'FAILED, exit status %d (see bench.log)' % proc.returncode}"]
 
-    # The check: the suite's own outputs, saved as .npy, against PyTorch.
+    # The check: the suite's own outputs, saved as .npy, against PyTorch in float64.
     for binary, extra in (("phase4_backward", ["--dq", "deterministic"]), ("phase3_forward_4d", ["--step", "3"]),
                           ("phase1_naive", [])):
-        if os.access(os.path.join(bin_dir, binary), os.X_OK):
-            for device in ("cuda", "cpu"):
-                save_dir = os.path.join(out_dir, f"check-{binary}-{device}")
-                shutil.rmtree(save_dir, ignore_errors=True)
-                run = [os.path.join(bin_dir, binary), "--impl", device, "--B", "2", "--H", "4", "--Sq", "1000",
-                       "--Sk", "777", "--D", "64", "--causal", "--iters", "0", "--save-dir", save_dir, *extra]
-                check = [sys.executable, script, "--check", save_dir]
-                log.write(f"\n$ {' '.join(run)}\n$ {' '.join(check)}\n")
-                a = subprocess.run(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                b = subprocess.run(check, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                log.write(a.stdout + b.stdout)
-                verdict = "ok" if a.returncode == 0 and b.returncode == 0 else "FAILED"
-                print(f"pytorch: {binary} {device} outputs against PyTorch: {verdict}", flush=True)
-                ok = ok and verdict == "ok"
-            break
-    return read_rows(csv_path), ok
+        if not os.access(os.path.join(bin_dir, binary), os.X_OK):
+            continue
+        for device in ("cuda", "cpu"):
+            save_dir = os.path.join(tmp, f"check-{binary}-{device}")
+            run = [os.path.join(bin_dir, binary), "--impl", device, "--B", "2", "--H", "4", "--Sq", "1000",
+                   "--Sk", "777", "--D", "64", "--causal", "--iters", "0", "--save-dir", save_dir, *extra]
+            check = [sys.executable, script, "--check", save_dir]
+            log.write(f"\n$ {' '.join(run)}\n$ {' '.join(check)}\n")
+            a = subprocess.run(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            b = subprocess.run(check, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            log.write(a.stdout + b.stdout)
+            verdict = "agree" if a.returncode == 0 and b.returncode == 0 else \
+                f"DISAGREE (exit status {a.returncode} and {b.returncode}; see bench.log)"
+            print(f"pytorch: {binary} --impl {device} outputs against PyTorch (float64): {verdict}", flush=True)
+            words.append(f"{binary} --impl {device} outputs (B=2 H=4 Sq=1000 Sk=777 D=64 causal) and PyTorch: {verdict}")
+            ok = ok and verdict == "agree"
+        break
+    return read_rows(csv_path), ok, "; ".join(words)
 
 
 def main(argv):
@@ -631,10 +636,11 @@ def main(argv):
         rows = read_rows(results)
         note = "CPU timings on a shared machine are noisy (5-20% run to run); compare within one run."
         if have_gpu and not args.no_pytorch and not args.cpu_only and not gpu_gone:
-            torch_rows, torch_ok = pytorch_rows(args, out_dir, log, bin_dir)
+            torch_rows, torch_ok, words = pytorch_rows(args, tmp, log, bin_dir)
             append_rows(results, torch_rows)
             rows += torch_rows
             broken = broken or not torch_ok
+            note += "\n- " + words
 
     path, text = write_summary(out_dir, rows, note)
     total = time.monotonic() - start

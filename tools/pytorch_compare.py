@@ -100,12 +100,13 @@ def cpu_model():
 # Timing
 
 def set_full_fp32(torch):
-    """No TF32: the suite computes in plain float32, and so must the comparison."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    """No TF32: the suite computes in plain float32, and so must the comparison. "highest" is PyTorch's default; the
+    legacy setter alone is used, because mixing it with the newer per-backend fp32_precision settings makes some
+    PyTorch versions raise when either is read."""
     try:
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-    except (AttributeError, RuntimeError, ValueError):
+        if torch.get_float32_matmul_precision() != "highest":
+            torch.set_float32_matmul_precision("highest")
+    except (AttributeError, RuntimeError):
         pass
 
 
