@@ -1,0 +1,42 @@
+// backward_cuda.cuh - what the phase 4 kernels share: how a row of D floats is split over threads, the sum across
+// those threads, and the named constants.
+#ifndef BACKWARD_CUDA_CUH
+#define BACKWARD_CUDA_CUH
+
+#include <stdint.h>
+
+#define LOG2E 1.4426950408889634f   // exp(x) = exp2(x * LOG2E): ex2 is one fast instruction, exp is not
+#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more (b, h) pairs loop inside the kernel
+#define FULL_WARP 0xffffffffu       // every lane of the warp takes part in the shuffle
+
+// A thread owns one row (a key row in the main pass, a query row in the dQ pass) and keeps its vectors in
+// registers. A row of D floats is split over THREADS_PER_ROW neighbouring lanes of one warp, each holding
+// DIMS_PER_THREAD of the dims. Why at most MAX_DIMS_PER_THREAD = 16: the main pass keeps four such vectors per thread
+// (K_j, V_j, dK_j, dV_j), and the compiler also holds the slice of Q_i and dO_i it reads from shared memory. With 32
+// dims that is about 230 registers a thread (the compiler's resource report), so only 8 warps fit on an SM and the
+// GPU has little to run while one warp waits for shared memory; with 16 it is about 128 registers and 16 warps, for
+// the price of one more shuffle step per dot product.
+#define MAX_DIMS_PER_THREAD 16
+template <int D>
+struct RowSplit {
+    static constexpr int DIMS_PER_THREAD = D < MAX_DIMS_PER_THREAD ? D : MAX_DIMS_PER_THREAD;
+    static constexpr int THREADS_PER_ROW = D / DIMS_PER_THREAD;   // 1, 2, 4, 8 for D = 16, 32, 64, 128
+    // Thread `part` of a row holds dims part, part + THREADS_PER_ROW, part + 2 * THREADS_PER_ROW, ...: interleaved,
+    // so that when the row's threads read one row of a shared-memory tile together they hit neighbouring banks
+    // (with contiguous slices, dims d and d + 32 would fall in the same bank and the reads would be serialised).
+    static __device__ __forceinline__ int dim(int part, int t) { return part + THREADS_PER_ROW * t; }
+};
+
+// Sum of x over the THREADS_PER_ROW lanes that share a row; each of them gets the same total (a butterfly: lanes
+// part and part ^ offset swap partial sums). Every lane of the warp must call it, so the loops around a call run the
+// same number of times in every thread of the block.
+template <int THREADS_PER_ROW>
+__device__ __forceinline__ float row_sum(float x) {
+#pragma unroll
+    for (int offset = 1; offset < THREADS_PER_ROW; offset *= 2) x += __shfl_xor_sync(FULL_WARP, x, offset);
+    return x;
+}
+
+static inline unsigned int grid_y_for(int64_t BH) { return (unsigned int)(BH < MAX_GRID_Y ? BH : MAX_GRID_Y); }
+
+#endif
