@@ -261,7 +261,8 @@ def collect_legend(axes):
 
 
 def per_device_figure(rows, palette, path, D, value, ylabel, title, log_y, note):
-    subset = [r for r in rows if r.D == D and not r.causal]
+    # PyTorch's forward + backward rows have no counterpart in the suite (it times the two passes apart).
+    subset = [r for r in rows if r.D == D and not r.causal and not (r.phase == "pytorch" and r.passes > 3)]
     devices, titles = device_panels(subset)
     if not devices:
         return False
