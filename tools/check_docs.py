@@ -329,7 +329,7 @@ class Checker:
         if "/" in token:
             if first in self.top_level or BUILD_DIR.match(first) or first == "..":
                 return True
-            return not in_fence and (ext in SOURCE_EXTS or ext in DOC_EXTS)
+            return not in_fence and (ext in SOURCE_EXTS or ext in DOC_EXTS or token.endswith("/"))
         if in_fence:
             return False
         return ext in SOURCE_EXTS or token in SPECIAL_NAMES
@@ -460,6 +460,7 @@ SELF_TEST_FILES = {
         "diff -u src/kernel.c src/kernel_v3.c",                          # 12
         "```",
         "Bad line anchor: [l](../src/kernel.c#L99).",                    # 14
+        "Bad folder: `phase9_missing/`; good folder: `src/`.",           # 15
         "",
     ]),
 }
@@ -472,6 +473,7 @@ SELF_TEST_EXPECTED = [
     ("docs/README.md:10:", "function 'not_a_definition()' is not defined"),
     ("docs/README.md:12:", "file 'src/kernel_v3.c' does not exist"),
     ("docs/README.md:14:", "points past the end of src/kernel.c"),
+    ("docs/README.md:15:", "file 'phase9_missing/' does not exist"),
 ]
 
 
