@@ -1,7 +1,7 @@
 // naive_backward.h - phase 1's backward: the gradients of standard attention, with P, dP and dS materialised in
 // memory, the oracle's way but in float32. Phase 4 times its FlashAttention backward against this baseline.
 //
-//   P  = exp(S - LSE)             [B, H, Sq, Sk]   S = scale * Q K^T recomputed, LSE from the forward (causal: 0 for j > i)
+//   P  = exp(S - LSE)             [B, H, Sq, Sk]   S = scale * Q K^T, LSE from the forward (causal: 0 for j > i)
 //   dV = P^T dO                   [B, H, Sk, D]
 //   dP = dO V^T                   [B, H, Sq, Sk]
 //   Delta_i = rowsum(dO * O)_i    (one number per row, computed where it is used)

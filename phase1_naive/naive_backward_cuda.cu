@@ -70,7 +70,8 @@ __global__ void dscores_kernel(const float *dout, const float *o, const float *p
         float partial = 0.0f;
         for (int64_t d = lane; d < D; d += 32) partial += dout[row * D + d] * o[row * D + d];
         const float delta = warp_sum(partial);
-        for (int64_t j = lane; j < Sk; j += 32) dscores[row * Sk + j] = probs[row * Sk + j] * (dscores[row * Sk + j] - delta);
+        for (int64_t j = lane; j < Sk; j += 32)
+            dscores[row * Sk + j] = probs[row * Sk + j] * (dscores[row * Sk + j] - delta);
     }
 }
 

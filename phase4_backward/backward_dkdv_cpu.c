@@ -203,9 +203,11 @@ void backward_dkdv_cpu(const fa_shape *shape, int block_m, int block_n, const ba
                 float *dk_head = t->dk + b * t->dk_strides.b + h * t->dk_strides.h;
                 float *dv_head = t->dv + b * t->dv_strides.b + h * t->dv_strides.h;
                 for (int64_t c = 0; c < keys; c++) {
+                    float *dk_j = dk_head + (kv_start + c) * t->dk_strides.s;
+                    float *dv_j = dv_head + (kv_start + c) * t->dv_strides.s;
                     for (int64_t d = 0; d < D; d++) {
-                        dk_head[(kv_start + c) * t->dk_strides.s + d * t->dk_strides.d] = scale * w.dk_acc[c * D_pad + d];
-                        dv_head[(kv_start + c) * t->dv_strides.s + d * t->dv_strides.d] = w.dv_acc[c * D_pad + d];
+                        dk_j[d * t->dk_strides.d] = scale * w.dk_acc[c * D_pad + d];
+                        dv_j[d * t->dv_strides.d] = w.dv_acc[c * D_pad + d];
                     }
                 }
             }

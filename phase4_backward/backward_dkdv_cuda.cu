@@ -34,7 +34,8 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int
     constexpr int DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD, THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW;
     constexpr int THREADS = BLOCK_N * THREADS_PER_ROW;
     extern __shared__ __align__(16) unsigned char shared_bytes[];
-    DkdvShared<D, BLOCK_M, BLOCK_N, ATOMIC_DQ> &sh = *reinterpret_cast<DkdvShared<D, BLOCK_M, BLOCK_N, ATOMIC_DQ> *>(shared_bytes);
+    using Shared = DkdvShared<D, BLOCK_M, BLOCK_N, ATOMIC_DQ>;
+    Shared &sh = *reinterpret_cast<Shared *>(shared_bytes);
 
     const int c = threadIdx.x / THREADS_PER_ROW;      // this thread's key row in the tile
     const int part = threadIdx.x % THREADS_PER_ROW;   // which of the row's dims it holds (RowSplit::dim)
@@ -178,7 +179,8 @@ static void launch_for_tiles(const fa_shape *shape, int block_m, int block_n, co
     if (block_m == 64 && block_n == 64) launch_for_head_dim<64, 64, ATOMIC_DQ>(shape, t);
     else if (block_m == 32 && block_n == 64) launch_for_head_dim<32, 64, ATOMIC_DQ>(shape, t);
     else if (block_m == 64 && block_n == 32) launch_for_head_dim<64, 32, ATOMIC_DQ>(shape, t);
-    else fa_die("the CUDA backward has no %dx%d tiles (BLOCK_M x BLOCK_N: " BACKWARD_CUDA_TILES_TEXT ")", block_m, block_n);
+    else fa_die("the CUDA backward has no %dx%d tiles (BLOCK_M x BLOCK_N: " BACKWARD_CUDA_TILES_TEXT ")", block_m,
+                block_n);
 }
 
 extern "C" void backward_dkdv_cuda(const fa_shape *shape, int block_m, int block_n, const backward_tensors *t,

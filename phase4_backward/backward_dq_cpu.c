@@ -152,9 +152,10 @@ void backward_dq_cpu(const fa_shape *shape, int block_m, int block_n, const back
                 }
 
                 float *dq_head = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t d = 0; d < D; d++)
-                        dq_head[(q_start + r) * t->dq_strides.s + d * t->dq_strides.d] = scale * w.dq_acc[r * D_pad + d];
+                for (int64_t r = 0; r < rows; r++) {
+                    float *dq_i = dq_head + (q_start + r) * t->dq_strides.s;
+                    for (int64_t d = 0; d < D; d++) dq_i[d * t->dq_strides.d] = scale * w.dq_acc[r * D_pad + d];
+                }
             }
         }
         free(w.q_tile);   // the start of the one allocation

@@ -2,7 +2,8 @@
 //
 // CPU twin: backward_dq_cpu.c.
 // Run:      build/bin/phase4_backward --impl cuda --dq deterministic
-// Compare:  its loop order is the forward's: diff -u phase3_forward_4d/3_lse_cuda.cu phase4_backward/backward_dq_cuda.cu
+// Compare:  the forward's loop order (phase 3 step 3):
+//           diff -u phase3_forward_4d/3_lse_cuda.cu phase4_backward/backward_dq_cuda.cu
 //
 // The mapping: one thread per query row i (THREADS_PER_ROW threads when D > 16), with Q_i, dO_i, the accumulator
 // dQ_i, LSE_i and Delta_i in registers; the K/V tiles pass through shared memory one after the other:
@@ -99,7 +100,8 @@ backward_dq_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64
         if (query_valid) {
             float *dq_row = t.dq + b * t.dq_strides.b + h * t.dq_strides.h + i * t.dq_strides.s;
 #pragma unroll
-            for (int u = 0; u < DIMS_PER_THREAD; u++) dq_row[RowSplit<D>::dim(part, u) * t.dq_strides.d] = scale * dq_i[u];
+            for (int u = 0; u < DIMS_PER_THREAD; u++)
+                dq_row[RowSplit<D>::dim(part, u) * t.dq_strides.d] = scale * dq_i[u];
         }
     }
 }
@@ -133,5 +135,6 @@ extern "C" void backward_dq_cuda(const fa_shape *shape, int block_m, int block_n
     if (block_m == 64 && block_n == 64) launch_for_head_dim<64, 64>(shape, t);
     else if (block_m == 32 && block_n == 64) launch_for_head_dim<32, 64>(shape, t);
     else if (block_m == 64 && block_n == 32) launch_for_head_dim<64, 32>(shape, t);
-    else fa_die("the CUDA backward has no %dx%d tiles (BLOCK_M x BLOCK_N: " BACKWARD_CUDA_TILES_TEXT ")", block_m, block_n);
+    else fa_die("the CUDA backward has no %dx%d tiles (BLOCK_M x BLOCK_N: " BACKWARD_CUDA_TILES_TEXT ")", block_m,
+                block_n);
 }

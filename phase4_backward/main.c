@@ -124,7 +124,8 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
         if (!(opt->dq_mode & modes[m])) continue;
         backward_args args = {s, opt->block_m, opt->block_n, modes[m], t};
         fa_implementation impl = {.label = labels[m], .is_cuda = is_cuda, .ctx = &args,
-                                  .flops = fa_flops_backward(s), .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),
+                                  .flops = fa_flops_backward(s),
+                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),
                                   .extra_what = "Delta", .block_m = opt->block_m, .block_n = opt->block_n,
                                   .causal = s->causal, .upload_ms = upload_ms};
         impl.run = run_backward_cpu;
@@ -157,7 +158,8 @@ static void add_ratio_note(fa_report *report, const char *impl, int threads) {
     const char *labels[3] = {DET_LABEL, ATOMIC_LABEL, NAIVE_LABEL}, *names[3] = {"det", "atomic", "naive"};
     for (int i = 0; i < 3; i++) {
         const double t = median_ms_of(report, labels[i], impl, threads);
-        if (t > 0.0 && n < (int)sizeof line) n += snprintf(line + n, sizeof line - n, " %s %.2fx", names[i], t / forward);
+        if (t > 0.0 && n < (int)sizeof line)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.2fx", names[i], t / forward);
     }
     fa_report_add_note(report, "%s (2.5x by the FLOP count)", line);
 }
@@ -252,7 +254,8 @@ int main(int argc, char **argv) {
         if (probs) fa_gpu_free(probs);
         if (dscores) fa_gpu_free(dscores);
 
-        backward_tensors t = contiguous_tensors(shape, dev.q, dev.k, dev.v, o_dev, lse_dev, dev.dout, delta_dev, device);
+        backward_tensors t =
+            contiguous_tensors(shape, dev.q, dev.k, dev.v, o_dev, lse_dev, dev.dout, delta_dev, device);
         check_and_time_backward(&report, &opt, &ref, 1, t, host, device, dev.upload_ms);
         add_ratio_note(&report, "cuda", 0);
 

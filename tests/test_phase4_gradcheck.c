@@ -98,7 +98,8 @@ static void check_shape(fa_shape s, int on_gpu, int block_m, int block_n) {
     // The finite differences start from exactly the float32 inputs, widened to double.
     double *q64 = fa_to_double(q, nq, "q"), *k64 = fa_to_double(k, nk, "k"), *v64 = fa_to_double(v, nk, "v");
     double *do64 = fa_to_double(dout, nq, "dO");
-    double *fd_q = fa_alloc_doubles(nq, "FD dQ"), *fd_k = fa_alloc_doubles(nk, "FD dK"), *fd_v = fa_alloc_doubles(nk, "FD dV");
+    double *fd_q = fa_alloc_doubles(nq, "FD dQ"), *fd_k = fa_alloc_doubles(nk, "FD dK");
+    double *fd_v = fa_alloc_doubles(nk, "FD dV");
     finite_differences(&s, q64, nq, q64, k64, v64, do64, fd_q);
     finite_differences(&s, k64, nk, q64, k64, v64, do64, fd_k);
     finite_differences(&s, v64, nk, q64, k64, v64, do64, fd_v);
