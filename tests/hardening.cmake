@@ -116,7 +116,8 @@ set(bad_file_cases
   "bad_directory|cannot read .*q.npy: Is a directory")
 
 # Numerical stress on random inputs: logits near +-100 (--scale 20, D = 64), a tiny and a huge --scale, and causal
-# attention with Sq much larger and much smaller than Sk. Each must pass its check against the oracle.
+# attention with Sq much larger and much smaller than Sk; also a sequence of 1.1 million queries, more rows than a
+# CUDA grid's y or z dimension (65535 blocks) can cover at 16 rows per block. Each must pass its check.
 # Entries: name|causal (0/1)|flags... (B and H are added: 1 and 2, or 1 and 1 for a one-head phase.)
 set(stress_flag_cases
   "scale20_D64|0|--S|256|--D|64|--scale|20"
@@ -128,7 +129,9 @@ set(stress_flag_cases
   "Sq5_Sk3000|0|--Sq|5|--Sk|3000|--D|64"
   "causal_Sq2000_Sk7|1|--Sq|2000|--Sk|7|--D|64"
   "causal_Sq5_Sk3000|1|--Sq|5|--Sk|3000|--D|64"
-  "causal_Sq1_Sk1|1|--Sq|1|--Sk|1|--D|64")
+  "causal_Sq1_Sk1|1|--Sq|1|--Sk|1|--D|64"
+  "Sq1100000_Sk3|0|--Sq|1100000|--Sk|3|--D|16"
+  "causal_Sq1100000_Sk3|1|--Sq|1100000|--Sk|3|--D|16")
 
 # fa_add_hardening_suite(<prefix> <binary> D <d> [TWO_D] [NO_LSE] [EXTRA <flags...>])
 # Adds, for one forward binary, the bad-file cases, the flag cases above and the .npy cases below, on the CPU and with
