@@ -37,6 +37,12 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
+// The kernels ask the compiler (through __launch_bounds__) to fit 16 warps on an SM: 512 threads, at most 128 of the
+// SM's 65536 registers each. Without the cap the atomic main pass takes about 170 registers at D = 64 and only 8 warps
+// run; with it the compiler still needs no spills (check with -DFA_CUDA_RESOURCE_REPORT=ON).
+#define THREADS_PER_SM 512
+constexpr int min_blocks_per_sm(int threads) { return THREADS_PER_SM / threads > 0 ? THREADS_PER_SM / threads : 1; }
+
 static inline unsigned int grid_y_for(int64_t BH) { return (unsigned int)(BH < MAX_GRID_Y ? BH : MAX_GRID_Y); }
 
 #endif

@@ -23,13 +23,14 @@ struct DkdvShared {
     float lse2[BLOCK_M];         // LSE_i * LOG2E
     float delta[BLOCK_M];        // Delta_i
     // Atomic dQ only: dQ_tile += scale * dS_tile K_tile needs every K_j of the tile and the whole dS tile. The dS row
-    // is one float longer than the tile so that neighbouring rows start in different banks.
+    // is one float longer than the tile so that the threads of a warp, each reading its own row, hit different banks.
     float k[ATOMIC_DQ ? BLOCK_N : 1][D];
     float ds[ATOMIC_DQ ? BLOCK_M : 1][BLOCK_N + 1];
 };
 
 template <int D, int BLOCK_M, int BLOCK_N, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(BLOCK_N * RowSplit<D>::THREADS_PER_ROW)
+__global__ void __launch_bounds__(BLOCK_N * RowSplit<D>::THREADS_PER_ROW,
+                                  min_blocks_per_sm(BLOCK_N * RowSplit<D>::THREADS_PER_ROW))
 backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64_t S_k, float scale, int causal) {
     constexpr int DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD, THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW;
     constexpr int THREADS = BLOCK_N * THREADS_PER_ROW;
@@ -121,16 +122,23 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int
             }
 
             if (ATOMIC_DQ) {
-                // This tile's share of dQ: dQ_i += scale * sum_j dS_ij K_j, threads mapped over (row, dim) of the
-                // Q tile. Blocks of other K/V tiles add into the same rows of dQ at the same time, so the additions
-                // are atomic: correct, but in whatever order the blocks happen to run.
+                // This tile's share of dQ: dQ_i += scale * sum_j dS_ij K_j. Now each thread takes a query row of the
+                // Q tile (the layout of the dQ pass: THREADS_PER_ROW threads per row, RowSplit's dims each), walks the
+                // tile's keys and adds its dims of the row into dQ. Blocks of other K/V tiles add into the same rows
+                // at the same time, so the additions are atomic: correct, but in whatever order the blocks run.
                 __syncthreads();   // the whole dS tile is written
                 float *dq_head = t.dq + b * t.dq_strides.b + h * t.dq_strides.h;
-                for (int e = threadIdx.x; e < rows * D; e += THREADS) {
-                    const int r = e / D, d = e % D;
-                    float acc = 0.0f;
-                    for (int cc = 0; cc < keys; cc++) acc += sh.ds[r][cc] * sh.k[cc][d];
-                    atomicAdd(&dq_head[(q_start + r) * t.dq_strides.s + d * t.dq_strides.d], scale * acc);
+                for (int r = c; r < rows; r += BLOCK_N) {   // BLOCK_N rows per sweep of the block's threads
+                    float acc[DIMS_PER_THREAD] = {0.0f};
+                    for (int cc = 0; cc < keys; cc++) {
+                        const float ds = sh.ds[r][cc];
+#pragma unroll
+                        for (int u = 0; u < DIMS_PER_THREAD; u++) acc[u] += ds * sh.k[cc][RowSplit<D>::dim(part, u)];
+                    }
+                    float *dq_row = dq_head + (q_start + r) * t.dq_strides.s;
+#pragma unroll
+                    for (int u = 0; u < DIMS_PER_THREAD; u++)
+                        atomicAdd(&dq_row[RowSplit<D>::dim(part, u) * t.dq_strides.d], scale * acc[u]);
                 }
             }
         }

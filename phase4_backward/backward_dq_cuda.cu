@@ -21,7 +21,8 @@ struct DqShared {
 };
 
 template <int D, int BLOCK_M, int BLOCK_N>
-__global__ void __launch_bounds__(BLOCK_M * RowSplit<D>::THREADS_PER_ROW)
+__global__ void __launch_bounds__(BLOCK_M * RowSplit<D>::THREADS_PER_ROW,
+                                  min_blocks_per_sm(BLOCK_M * RowSplit<D>::THREADS_PER_ROW))
 backward_dq_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64_t S_k, float scale, int causal) {
     constexpr int DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD, THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
