@@ -1,0 +1,49 @@
+// fa_exp2.h - a vectorisable 2^x for the CPU kernels (phases 2 to 4).
+//
+// Why: in the CPU flash kernels every score goes through one exponential. The C library's expf is a function
+// call the compiler cannot vectorise, and it takes longer than the 4*D multiply-adds the score costs, so a loop
+// that calls it runs at the speed of expf. fa_exp2() is a few multiply-adds and bit operations with no branch and
+// no call: inside a loop, the compiler turns it into vector instructions like the rest of the loop.
+// (CUDA has its own: exp2f compiles to the GPU's hardware exponential unit.)
+//
+// How:  2^x = 2^n * 2^f   with n = round(x) an integer and f = x - n in [-0.5, 0.5].
+//   2^n is exact: it is the float whose exponent bits are n + 127 (and mantissa 0).
+//   2^f lies in [0.707, 1.414] and a degree-6 polynomial matches it to 3e-9 (a fit on Chebyshev nodes, so that the
+//   error is spread evenly over the interval); float32 rounding of the polynomial then dominates: 1-2 ulp in all
+//   (tests/test_phase2_exp2.c measures it against the C library in double precision).
+// Range: x is clamped to [-127, 127]. Below -127 the answer rounds to 0 (2^-127 would be a denormal float; we flush
+// it): exp2(-INFINITY) is exactly 0, which is what a masked score needs. A NaN x gives NaN (through p).
+#ifndef FA_EXP2_H
+#define FA_EXP2_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+// Adding 1.5 * 2^23 to a float of magnitude below 2^22 leaves no bits for its fraction: the sum is rounded to an
+// integer (round to nearest), and subtracting the constant again gives round(x) as a float, with no branch.
+#define FA_EXP2_ROUND_MAGIC 12582912.0f
+
+static inline float fa_exp2(float x) {
+    // isless/isgreater are the quiet comparisons: a plain `<` may raise an exception on NaN, and that keeps GCC
+    // (without -ffast-math) from turning the choice into a vector select, so the whole loop would stay scalar.
+    x = isless(x, -127.0f) ? -127.0f : x;
+    x = isgreater(x, 127.0f) ? 127.0f : x;
+    const float n = (x + FA_EXP2_ROUND_MAGIC) - FA_EXP2_ROUND_MAGIC;   // round(x)
+    const float f = x - n;                                             // in [-0.5, 0.5]
+    // 2^f by Horner's rule; the coefficients approximate ln(2)^k / k!.
+    float p = 1.5469732e-4f;
+    p = p * f + 1.3400432e-3f;
+    p = p * f + 9.6180256e-3f;
+    p = p * f + 5.5503272e-2f;
+    p = p * f + 2.4022651e-1f;
+    p = p * f + 6.9314721e-1f;
+    p = p * f + 1.0f;
+    // 2^n: put n + 127 into the exponent field (bits 23..30). n = -127 gives the bits of +0.0f.
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);   // reinterpret the bits; compilers turn this into a register move
+    return p * two_n;
+}
+
+#endif
