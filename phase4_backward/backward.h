@@ -48,6 +48,11 @@ void backward_dkdv_cuda(const fa_shape *shape, int block_m, int block_n, const b
 void backward_dq_cpu(const fa_shape *shape, int block_m, int block_n, const backward_tensors *t);
 void backward_dq_cuda(const fa_shape *shape, int block_m, int block_n, const backward_tensors *t);
 
+// Bytes of working memory one CPU thread needs in each pass (its tiles: the stand-in for shared memory and
+// registers). The passes run one after the other, so a run needs threads * the larger of the two.
+int64_t backward_dkdv_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+int64_t backward_dq_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+
 // The CUDA kernels are templates compiled for a few sizes only: D in {16, 32, 64, 128} (the driver's cli spec lists
 // them) and these (BLOCK_M, BLOCK_N) pairs. The CPU takes any sizes. The CUDA launchers dispatch on exactly this list.
 #define BACKWARD_CUDA_TILES_TEXT "64x64, 32x64, 64x32"

@@ -43,6 +43,10 @@ static int64_t workspace_floats(int64_t BLOCK_M, int64_t BLOCK_N, int64_t D) {
            2 * M_pad + BLOCK_M * N_pad;
 }
 
+int64_t backward_dkdv_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
+    return workspace_floats(block_m, block_n, D) * (int64_t)sizeof(float);
+}
+
 // One allocation per thread, cut into the tiles above, all zero (fa_alloc_floats exits 2 if the memory is not there).
 static dkdv_workspace workspace_alloc(int64_t BLOCK_M, int64_t BLOCK_N, int64_t D) {
     dkdv_workspace w;

@@ -35,6 +35,10 @@ static int64_t workspace_floats(int64_t BLOCK_M, int64_t BLOCK_N, int64_t D) {
     return 2 * BLOCK_M * D + BLOCK_M * D_pad + 2 * BLOCK_M + 2 * D * N_pad + N_pad * D_pad + 2 * N_pad;
 }
 
+int64_t backward_dq_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
+    return workspace_floats(block_m, block_n, D) * (int64_t)sizeof(float);
+}
+
 // One allocation per thread, cut into the tiles above, all zero (fa_alloc_floats exits 2 if the memory is not there).
 static dq_workspace workspace_alloc(int64_t BLOCK_M, int64_t BLOCK_N, int64_t D) {
     dq_workspace w;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int CUDA_HEAD_DIMS[] = {16, 32, 64, 128, 0};
+static const int CUDA_HEAD_DIMS[] = FLASH4D_CUDA_HEAD_DIMS;   // the forward's and the backward's CUDA head dims
 
 static const fa_cli_spec SPEC = {
     .program = "phase4_backward",
@@ -26,6 +26,11 @@ static const fa_cli_spec SPEC = {
     .has_dq_mode = 1,
     .cuda_head_dims = CUDA_HEAD_DIMS,
 };
+
+// The forward's CUDA kernels have their own tile list (forward4d.h); where it lacks the backward's tiles, the CUDA
+// forward runs with these. The LSE does not depend on the tiles, so the backward is checked all the same.
+#define FORWARD_CUDA_BLOCK_M 64
+#define FORWARD_CUDA_BLOCK_N 64
 
 // Labels of the rows (the check block adds "cpu" or "cuda").
 #define FORWARD_LABEL "forward (phase 3 step 3)"
@@ -120,13 +125,18 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
     const fa_shape *s = &opt->shape;
     const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
     const char *labels[2] = {DET_LABEL, ATOMIC_LABEL};
+    // Extra memory: Delta, and on the CPU each thread's tiles (on the GPU the tiles live in shared memory).
+    const int64_t dkdv_ws = backward_dkdv_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
+    const int64_t dq_ws = backward_dq_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
+    const int64_t extra = fa_numel_lse(s) * (int64_t)sizeof(float) +
+                          (is_cuda ? 0 : opt->threads * (dkdv_ws > dq_ws ? dkdv_ws : dq_ws));
     for (int m = 0; m < 2; m++) {
         if (!(opt->dq_mode & modes[m])) continue;
         backward_args args = {s, opt->block_m, opt->block_n, modes[m], t};
         fa_implementation impl = {.label = labels[m], .is_cuda = is_cuda, .ctx = &args,
-                                  .flops = fa_flops_backward(s),
-                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),
-                                  .extra_what = "Delta", .block_m = opt->block_m, .block_n = opt->block_n,
+                                  .flops = fa_flops_backward(s), .extra_bytes = extra,
+                                  .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
+                                  .block_m = opt->block_m, .block_n = opt->block_n,
                                   .causal = s->causal, .upload_ms = upload_ms};
         impl.run = run_backward_cpu;
 #if FA_HAVE_CUDA
@@ -193,9 +203,11 @@ int main(int argc, char **argv) {
 
     if (opt.impl & FA_IMPL_CPU) {
         forward_args fwd = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, o, lse};
-        fa_implementation forward = {.label = FORWARD_LABEL, .run = run_forward_cpu, .ctx = &fwd,
-                                     .flops = fa_flops_forward(shape), .block_m = opt.block_m,
-                                     .block_n = opt.block_n, .causal = shape->causal};
+        fa_implementation forward = {
+            .label = FORWARD_LABEL, .run = run_forward_cpu, .ctx = &fwd, .flops = fa_flops_forward(shape),
+            .extra_bytes = opt.threads * flash_forward_lse_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
+            .extra_what = "per-thread tiles", .block_m = opt.block_m, .block_n = opt.block_n,
+            .causal = shape->causal};
         fa_forward_outputs(&forward, shape, &ref, o, NULL, lse, NULL);
         fa_check_and_time(&report, &opt, &ref, &forward);   // leaves O and LSE in o, lse for the backward
 
@@ -230,9 +242,15 @@ int main(int argc, char **argv) {
         grads device = {fa_gpu_alloc(n_q, "dQ"), fa_gpu_alloc(n_kv, "dK"), fa_gpu_alloc(n_kv, "dV")};
 
         forward_args fwd = {shape, opt.block_m, opt.block_n, dev.q, dev.k, dev.v, o_dev, lse_dev};
+        if (!flash4d_cuda_supports_tiles(opt.block_m, opt.block_n)) {
+            fwd.block_m = FORWARD_CUDA_BLOCK_M, fwd.block_n = FORWARD_CUDA_BLOCK_N;
+            fa_report_add_note(&report, "forward cuda ran with %dx%d tiles: phase 3's CUDA kernels have no %dx%d",
+                               fwd.block_m, fwd.block_n, opt.block_m, opt.block_n);
+        }
         fa_implementation forward = {.label = FORWARD_LABEL, .is_cuda = 1, .run = run_forward_cuda, .ctx = &fwd,
-                                     .flops = fa_flops_forward(shape), .block_m = opt.block_m,
-                                     .block_n = opt.block_n, .causal = shape->causal, .upload_ms = dev.upload_ms};
+                                     .flops = fa_flops_forward(shape), .extra_what = "tiles in shared memory",
+                                     .block_m = fwd.block_m, .block_n = fwd.block_n, .causal = shape->causal,
+                                     .upload_ms = dev.upload_ms};
         fa_forward_outputs(&forward, shape, &ref, o, o_dev, lse, lse_dev);
         fa_check_and_time(&report, &opt, &ref, &forward);
 
