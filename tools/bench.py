@@ -19,6 +19,7 @@ import argparse
 import csv
 import datetime
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,10 +55,12 @@ SWEEP = (
     Entry("phase1_naive", "naive attention: S and P materialised", cpu_max_S=2048),
     Entry("phase2_online_softmax", "online softmax, one [N, d] head (with naive on the same input)", cpu_max_S=4096,
           causal=(False,), two_d=True),
+    # One phase 3 run with --step all times naive, step 1, and steps 2 and 3 both non-causal and causal ("step 2
+    # (causal)"): running it again with --causal would only repeat those rows.
     Entry("phase3_forward_4d", "4D forward: step 1 grid, step 2 causal pruning, step 3 LSE (with naive)",
-          cpu_max_S=2048, flags=("--step", "all"), work_factor=3.0),
+          cpu_max_S=2048, flags=("--step", "all"), causal=(False,), work_factor=5.0),
     Entry("phase4_backward", "backward: dQ, dK, dV from LSE, deterministic and atomic dQ (with naive)",
-          cpu_max_S=1024, flags=("--dq", "both"), work_factor=6.0),
+          cpu_max_S=1024, flags=("--dq", "both"), work_factor=8.0),
 )
 
 
@@ -351,11 +354,17 @@ def pass_kind(r):
     return "forward" if ratio < 1.75 else ("backward" if ratio < 3.0 else "fwd+bwd")
 
 
+def step_name(step):
+    """Phase 3 labels its causal rows "step 2 (causal)"; the causal column already says so."""
+    return re.sub(r"\s*\(causal\)$", "", step)
+
+
 def row_key(r):
     return (r["phase"], r["step"], int(r["causal"]), int(r["D"]), int(r["Sq"]))
 
 
 def summarize(rows, note=""):
+    rows = [dict(r, step=step_name(r["step"])) for r in rows]
     ok = [r for r in rows if r.get("status") == "ok"]
     cpu_models = sorted({r["cpu_model"] for r in rows if r["impl"] == "cpu"})
     gpu_names = sorted({r["gpu_name"] for r in rows if r["impl"] == "cuda"})

@@ -48,7 +48,9 @@ class Row:
 
     def __init__(self, d, where):
         try:
-            self.phase, self.step, self.impl, self.status = d["phase"], d["step"], d["impl"], d["status"]
+            self.phase, self.impl, self.status = d["phase"], d["impl"], d["status"]
+            # Phase 3 labels its causal rows "step 2 (causal)"; the causal column already says so.
+            self.step = re.sub(r"\s*\(causal\)$", "", d["step"])
             self.threads = int(d["threads"])
             self.B, self.H, self.Sq, self.Sk, self.D = (int(d[k]) for k in ("B", "H", "Sq", "Sk", "D"))
             self.causal = d["causal"] == "1"
