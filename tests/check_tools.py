@@ -4,7 +4,8 @@
     check_tools.py bench  TOOLS BUILD OUT     bench.py --quick on phase 1's CPU: a well-formed CSV whose numbers add up
     check_tools.py plots  TOOLS FIXTURE OUT   plot_bench.py on a small CSV: five valid PNGs; bad CSVs refused (exit 2)
     check_tools.py npy    TOOLS BUILD OUT     pytorch_compare.py --check --reference numpy on phase 1's --save-dir:
-                                              passes on the real outputs, fails on one changed element
+                                              passes on the real outputs, fails on one changed element; and on the
+                                              saved outputs of phases 2-4 where they are built
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
@@ -149,6 +150,25 @@ def check_npy(tools, build, out):
            f"a changed LSE element was not caught (exit {proc.returncode})")
     proc = run([sys.executable, script, "--check", os.path.join(out, "nothing-here"), "--reference", "numpy"])
     expect(proc.returncode == 2 and proc.stderr.startswith("error:"), f"a missing folder: exit {proc.returncode}")
+
+    # The later phases' saved outputs against the same independent reference (where they are built): phase 4's
+    # dQ, dK and dV too.
+    for name, extra, tensors in (("phase2_online_softmax", ["--S", "90"], ("O",)),
+                                 ("phase3_forward_4d", ["--B", "2", "--H", "3", "--Sq", "70", "--Sk", "45", "--causal",
+                                                        "--step", "3"], ("O", "LSE")),
+                                 ("phase4_backward", ["--B", "2", "--H", "3", "--Sq", "45", "--Sk", "70", "--causal",
+                                                      "--dq", "atomic"], ("O", "LSE", "DQ", "DK", "DV"))):
+        binary = os.path.join(build, "bin", name)
+        if not os.access(binary, os.X_OK):
+            print(f"({name} is not built: not checked)")
+            continue
+        save = os.path.join(out, name)
+        proc = run([binary, "--impl", "cpu", "--D", "32", "--scale", "0.3", "--iters", "0", "--save-dir", save, *extra])
+        expect(proc.returncode == 0, f"{name} --save-dir exited {proc.returncode}")
+        proc = run([sys.executable, script, "--check", save, "--reference", "numpy"])
+        checked = [line.split()[0] for line in proc.stdout.splitlines() if line.endswith(("PASS", "FAIL"))]
+        expect(proc.returncode == 0 and set(tensors) <= set(checked),
+               f"{name}: check exit {proc.returncode}, tensors {checked}, expected {tensors}")
 
 
 def main(argv):
