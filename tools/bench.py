@@ -382,42 +382,60 @@ def summarize(rows, note=""):
         out.append(f"- {note}")
     out.append("")
 
-    # 1. The slide table: each phase and step at the largest S that both the CPU and the GPU ran.
+    # 1. The slide table: each phase and step at the largest S that both the CPU and the GPU ran (PyTorch has its own
+    #    table below). Without GPU rows: the largest S the CPU ran, 1 thread against all threads.
+    has_gpu = any(r["impl"] == "cuda" for r in ok if r["phase"] != "pytorch")
     by = {}
     for r in ok:
-        kind = "cuda" if r["impl"] == "cuda" else ("cpu1" if int(r["threads"]) == 1 else "cpuN")
-        by.setdefault(row_key(r), {})[kind] = r
-    labels = sorted({(r["phase"], r["step"], int(r["causal"])) for r in ok}, key=lambda k: (k[0], k[1], k[2]))
-    for D in sorted({int(r["D"]) for r in ok}):
+        if r["phase"] != "pytorch":
+            kind = "cuda" if r["impl"] == "cuda" else ("cpu1" if int(r["threads"]) == 1 else "cpuN")
+            by.setdefault(row_key(r), {})[kind] = r
+    first = {}   # the order the binaries print their implementations in, phase by phase
+    for i, r in enumerate(ok):
+        first.setdefault((r["phase"], r["step"], int(r["causal"])), i)
+    labels = sorted({k[:3] for k in by}, key=lambda k: (k[0], first[k]))
+    for D in sorted({k[3] for k in by}):
         lines = []
         for phase, step, causal in labels:
             sizes = sorted(k[4] for k in by if k[:4] == (phase, step, causal, D))
             if not sizes:
                 continue
-            both = [S for S in sizes if {"cuda", "cpuN"} <= set(by[(phase, step, causal, D, S)]) or
-                    {"cuda", "cpu1"} <= set(by[(phase, step, causal, D, S)])]
+            both = [S for S in sizes if "cuda" in by[(phase, step, causal, D, S)] and
+                    {"cpu1", "cpuN"} & set(by[(phase, step, causal, D, S)])]
             S = both[-1] if both else sizes[-1]
             cell = by[(phase, step, causal, D, S)]
             cpu = cell.get("cpuN") or cell.get("cpu1")
-            ms = lambda kind: number(float(cell[kind]["median_ms"]), 2) if kind in cell else "-"
-            gf = lambda kind: number(float(cell[kind]["gflops"])) if kind in cell else "-"
-            speedup = "-"
-            if cpu and "cuda" in cell and float(cell["cuda"]["median_ms"]) > 0:
-                speedup = f"{float(cpu['median_ms']) / float(cell['cuda']['median_ms']):,.0f}x"
-            extra = size(float((cell.get("cuda") or cpu or next(iter(cell.values())))["extra_bytes"]))
-            lines.append(f"| {phase} | {step} | {'yes' if causal else 'no'} | {S} | {ms('cpu1')} ({gf('cpu1')}) | "
-                         f"{ms('cpuN')} ({gf('cpuN')}) | {ms('cuda')} ({gf('cuda')}) | {speedup} | {extra} |")
-        if lines:
+            shown = lambda kind: f"{number(float(cell[kind]['median_ms']), 2)} ({number(float(cell[kind]['gflops']))})" \
+                if kind in cell else "-"
+            columns = [shown("cpu1"), shown("cpuN")]
+            if has_gpu:
+                ratio = "-"
+                if cpu and "cuda" in cell and float(cell["cuda"]["median_ms"]) > 0:
+                    x = float(cpu["median_ms"]) / float(cell["cuda"]["median_ms"])
+                    ratio = f"{x:,.0f}x" if x >= 10 else f"{x:.1f}x"
+                columns += [shown("cuda"), ratio]
+            extra = size(float((cell.get("cuda") or cpu)["extra_bytes"]))
+            lines.append(f"| {phase} | {step} | {'yes' if causal else 'no'} | {S} | " + " | ".join(columns) +
+                         f" | {extra} |")
+        if not lines:
+            continue
+        if has_gpu:
             out += [f"## D={D}: CPU against GPU at the largest S both ran", "",
                     f"Milliseconds (GFLOP/s). CPU N = all {threads} threads; GPU over CPU = CPU N time / GPU time.", "",
                     "| phase | step | causal | S | CPU 1 thread | CPU N threads | GPU | GPU over CPU | extra memory |",
-                    "|---|---|---|---|---|---|---|---|---|"] + lines + [""]
+                    "|---|---|---|---|---|---|---|---|---|"]
+        else:
+            out += [f"## D={D}: CPU, 1 thread against {threads} threads, at the largest S run", "",
+                    "Milliseconds (GFLOP/s); no GPU rows in this run.", "",
+                    f"| phase | step | causal | S | CPU 1 thread | CPU {threads} threads | extra memory |",
+                    "|---|---|---|---|---|---|---|"]
+        out += lines + [""]
 
     # 2. GFLOP/s against S, one row per implementation.
     for D in sorted({int(r["D"]) for r in ok}):
         present = [S for S in SUMMARY_S if any(int(r["Sq"]) == S and int(r["D"]) == D for r in ok)]
         impls = sorted({(r["phase"], r["step"], int(r["causal"]), r["impl"], int(r["threads"])) for r in ok
-                        if int(r["D"]) == D})
+                        if int(r["D"]) == D}, key=lambda k: (k[0], first[k[:3]], k[3], k[4]))
         if not present or not impls:
             continue
         out += [f"## D={D}: GFLOP/s against S", "",
