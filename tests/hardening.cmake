@@ -133,10 +133,11 @@ set(stress_flag_cases
   "Sq1100000_Sk3|0|--Sq|1100000|--Sk|3|--D|16"
   "causal_Sq1100000_Sk3|1|--Sq|1100000|--Sk|3|--D|16")
 
-# fa_add_hardening_suite(<prefix> <binary> D <d> [TWO_D] [NO_LSE] [EXTRA <flags...>])
+# fa_add_hardening_suite(<prefix> <binary> D <d> [TWO_D] [NO_LSE] [BOTH_VARIANTS] [EXTRA <flags...>])
 # Adds, for one forward binary, the bad-file cases, the flag cases above and the .npy cases below, on the CPU and with
 # the same expectations on the GPU. TWO_D: the phase works on one [N, d] head (B = H = 1, no causal). NO_LSE: none of
-# its implementations outputs LSE. EXTRA: flags every run needs.
+# its implementations outputs LSE. BOTH_VARIANTS: every run prints causal rows (labelled "(causal)") and non-causal
+# rows side by side (phase 3), so one run per case checks both expectations. EXTRA: flags every run needs.
 #
 # The .npy cases run at B = 1, H = 2 (1 for TWO_D), S = 16, D = d, with the value planted in the last head at row 5,
 # column 3 (tests/stress/make_inputs.c). The expected NaN/Inf counts are what the math gives: a NaN query row 5 makes
@@ -147,7 +148,7 @@ set(stress_flag_cases
 # a -Inf key logit is a mask written in the data (weight exactly 0), so neginf_k must pass. Equal scores (equal_k,
 # zero_q), float64 files and a version 3.0 header must pass too.
 function(fa_add_hardening_suite prefix binary)
-  cmake_parse_arguments(S "TWO_D;NO_LSE" "D" "EXTRA" ${ARGN})
+  cmake_parse_arguments(S "TWO_D;NO_LSE;BOTH_VARIANTS" "D" "EXTRA" ${ARGN})
   set(d ${S_D})
   if(S_TWO_D)
     set(H 1)
@@ -158,37 +159,24 @@ function(fa_add_hardening_suite prefix binary)
   endif()
   math(EXPR d16 "16 * ${d}")
   math(EXPR d11 "11 * ${d}")
-  set(lse_pass LSE/PASS)
-  set(lse_row5 LSE/${h},5,0/1/1)
-  set(lse_all LSE/${h},0,0/16/16)
-  set(lse_from5 LSE/${h},5,0/11/11)
-  if(S_NO_LSE)
-    foreach(v lse_pass lse_row5 lse_all lse_from5)
-      set(${v} "")
-    endforeach()
-  endif()
-  # name|case|causal|status|check items...
-  set(file_cases
-    "random|random|0|0|O/PASS|${lse_pass}"
-    "f64|f64|0|0|O/PASS|${lse_pass}"
-    "v3|v3|0|0|O/PASS|${lse_pass}"
-    "equal_k|equal_k|0|0|O/PASS|${lse_pass}"
-    "zero_q|zero_q|0|0|O/PASS|${lse_pass}"
-    "neginf_k|neginf_k|0|0|O/PASS|${lse_pass}"
-    "nan_q|nan_q|0|1|O/${h},5,0/${d}/${d}|${lse_row5}"
-    "nan_k|nan_k|0|1|O/${h},0,0/${d16}/${d16}|${lse_all}"
-    "nan_v|nan_v|0|1|O/${h},0,3/16/16|${lse_pass}"
-    "inf_q|inf_q|0|1|O/${h},5,0/${d}/${d}|${lse_row5}"
-    "inf_v|inf_v|0|1|O/${h},0,3/16/16|${lse_pass}")
-  if(NOT S_TWO_D)
-    list(APPEND file_cases
-      "equal_k_causal|equal_k|1|0|O/PASS|${lse_pass}"
-      "zero_q_causal|zero_q|1|0|O/PASS|${lse_pass}"
-      "neginf_k_causal|neginf_k|1|0|O/PASS|${lse_pass}"
-      "nan_q_causal|nan_q|1|1|O/${h},5,0/${d}/${d}|${lse_row5}"
-      "nan_k_causal|nan_k|1|1|O/${h},5,0/${d11}/${d11}|${lse_from5}"
-      "nan_v_causal|nan_v|1|1|O/${h},[0-9]+,3/11/16|${lse_pass}")
-  endif()
+  set(pass O/PASS LSE/PASS)
+  set(row5 O/${h},5,0/${d}/${d} LSE/${h},5,0/1/1)
+  # Expectations of each case: <case>_plain without the causal mask, <case>_causal with it.
+  foreach(c random f64 v3 equal_k zero_q neginf_k)
+    set(${c}_plain ${pass})
+    set(${c}_causal ${pass})
+  endforeach()
+  set(nan_q_plain ${row5})
+  set(nan_q_causal ${row5})
+  set(inf_q_plain ${row5})
+  set(inf_q_causal ${row5})
+  set(nan_k_plain O/${h},0,0/${d16}/${d16} LSE/${h},0,0/16/16)
+  set(nan_k_causal O/${h},5,0/${d11}/${d11} LSE/${h},5,0/11/11)
+  set(nan_v_plain O/${h},0,3/16/16 LSE/PASS)
+  set(nan_v_causal O/${h},[0-9]+,3/11/16 LSE/PASS)
+  set(inf_v_plain ${nan_v_plain})
+  set(inf_v_causal ${nan_v_causal})
+  set(cases random f64 v3 equal_k zero_q neginf_k nan_q nan_k nan_v inf_q inf_v)
 
   foreach(entry ${bad_file_cases})
     string(REPLACE "|" ";" parts "${entry}")
@@ -202,6 +190,7 @@ function(fa_add_hardening_suite prefix binary)
     fa_add_stress_test(NAME ${prefix}_cpu_${case} BINARY ${binary} IMPL cpu CASE ${case} SHAPE "1|${H}|8|8|16"
                        STATUS 2 STDERR "${regex}" ARGS ${S_EXTRA})
   endforeach()
+
   foreach(impl cpu cuda)
     foreach(entry ${stress_flag_cases})
       string(REPLACE "|" ";" parts "${entry}")
@@ -216,15 +205,34 @@ function(fa_add_hardening_suite prefix binary)
       fa_add_stress_test(NAME ${prefix}_${impl}_${name} BINARY ${binary} IMPL ${impl} STATUS 0 CHECKS O/PASS
                          ARGS ${flags})
     endforeach()
-    foreach(entry ${file_cases})
-      string(REPLACE "|" ";" parts "${entry}")
-      list(POP_FRONT parts name case causal status)
-      set(flags ${S_EXTRA})
-      if(causal)
-        list(APPEND flags --causal)
+
+    foreach(case ${cases})
+      set(plain ${${case}_plain})
+      set(causal ${${case}_causal})
+      if(S_NO_LSE)
+        list(FILTER plain EXCLUDE REGEX "^LSE/")
+        list(FILTER causal EXCLUDE REGEX "^LSE/")
       endif()
-      fa_add_stress_test(NAME ${prefix}_${impl}_${name} BINARY ${binary} IMPL ${impl} CASE ${case}
-                         SHAPE "1|${H}|16|16|${d}" STATUS ${status} CHECKS ${parts} ARGS ${flags})
+      set(status 0)
+      if("${plain};${causal}" MATCHES "/[0-9]+/[0-9]+")
+        set(status 1)
+      endif()
+      set(common NAME ${prefix}_${impl}_${case} BINARY ${binary} IMPL ${impl} CASE ${case} SHAPE "1|${H}|16|16|${d}")
+      if(S_BOTH_VARIANTS)
+        list(TRANSFORM plain PREPEND "plain:")
+        list(TRANSFORM causal PREPEND "causal:")
+        fa_add_stress_test(${common} STATUS ${status} CHECKS ${plain} ${causal} ARGS ${S_EXTRA})
+        continue()
+      endif()
+      fa_add_stress_test(${common} STATUS ${status} CHECKS ${plain} ARGS ${S_EXTRA})
+      if(NOT S_TWO_D)
+        set(status 0)
+        if("${causal}" MATCHES "/[0-9]+/[0-9]+")
+          set(status 1)
+        endif()
+        fa_add_stress_test(NAME ${prefix}_${impl}_${case}_causal BINARY ${binary} IMPL ${impl} CASE ${case}
+                           SHAPE "1|${H}|16|16|${d}" STATUS ${status} CHECKS ${causal} ARGS ${S_EXTRA} --causal)
+      endif()
     endforeach()
   endforeach()
 endfunction()
@@ -232,6 +240,7 @@ endfunction()
 # One call per phase binary; a phase whose binary is not built yet adds nothing (fa_add_stress_test checks).
 fa_add_hardening_suite(hardening_phase1 phase1_naive D 16)
 fa_add_hardening_suite(hardening_phase2 phase2_online_softmax D 16 TWO_D)
+fa_add_hardening_suite(hardening_phase3 phase3_forward_4d D 16 BOTH_VARIANTS)
 
 # --- 64-bit sizes ----------------------------------------------------------------------------------------------------
 # B*H*Sq*D = 4*1024*4097*128 = 2^31 + 2^19 elements in Q and in O (8 GiB each, float32): the flat indices of the last
@@ -255,3 +264,4 @@ function(fa_add_big_tests prefix binary)
                      ARGS ${big_2p32} ${S_EXTRA})
 endfunction()
 fa_add_big_tests(hardening_phase1 phase1_naive)
+fa_add_big_tests(hardening_phase3 phase3_forward_4d EXTRA --step 3)   # naive, then step 3 non-causal and causal

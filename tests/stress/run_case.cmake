@@ -10,7 +10,9 @@
 #   CHECKS            with STATUS 0 or 1: items TENSOR/PASS or TENSOR/FIRST/MIN/MAX. Every check row of that tensor (one
 #                     per implementation and step the run printed; at least one must exist) must pass, or must fail
 #                     with MIN..MAX NaN/Inf elements, the first of them at (b,h,s,d) = FIRST, written "b,h,s,d"
-#                     (a regular expression: "0,1,[0-9]+,3" accepts any row).
+#                     (a regular expression: "0,1,[0-9]+,3" accepts any row). An item may start with "causal:" or
+#                     "plain:": it then applies only to the rows whose label has "(causal)" in it, or only to the others
+#                     (phase 3 runs its steps both ways in one run).
 #   OOM_SKIP          when set, a refusal for lack of memory (exit 2, one line "error: out of ... memory") is reported
 #                     as skipped: the machine could not hold the run, which says nothing about the code
 string(REPLACE "|" ";" arg_list "${ARGS}")
@@ -66,6 +68,12 @@ endif()
 # The check block: "  <label> <tensor> <max abs err> <rel err> <tol>  (b,h,s,d) PASS|FAIL[ (N NaN/Inf)]".
 string(REPLACE "\n" ";" lines "${out}")
 foreach(item ${checks})
+  # "causal:" or "plain:" before an item limits it to the rows whose label says "(causal)", or to the others.
+  set(select "")
+  if(item MATCHES "^(causal|plain):(.*)$")
+    set(select "${CMAKE_MATCH_1}")
+    set(item "${CMAKE_MATCH_2}")
+  endif()
   string(REPLACE "/" ";" fields "${item}")
   list(GET fields 0 tensor)
   list(GET fields 1 want)
@@ -78,6 +86,10 @@ foreach(item ${checks})
     set(first "${CMAKE_MATCH_2}")
     set(result "${CMAKE_MATCH_3}")
     set(count "${CMAKE_MATCH_5}")
+    if((select STREQUAL "causal" AND NOT label MATCHES "\\(causal\\)") OR
+       (select STREQUAL "plain" AND label MATCHES "\\(causal\\)"))
+      continue()
+    endif()
     math(EXPR rows "${rows} + 1")
     if(want STREQUAL "PASS")
       if(NOT result STREQUAL "PASS")
@@ -98,7 +110,7 @@ foreach(item ${checks})
     endif()
   endforeach()
   if(rows EQUAL 0)
-    message(FATAL_ERROR "no check row for ${tensor} in the output")
+    message(FATAL_ERROR "no ${select} check row for ${tensor} in the output")
   endif()
-  message("ok: ${tensor} ${want} in ${rows} check row(s)")
+  message("ok: ${select} ${tensor} ${want} in ${rows} check row(s)")
 endforeach()
