@@ -237,10 +237,96 @@ function(fa_add_hardening_suite prefix binary)
   endforeach()
 endfunction()
 
+# fa_add_backward_hardening_suite(<prefix> <binary> [EXTRA <flags...>])
+# Phase 4: the same bad files and flag cases, and the .npy cases (plus nan_do, a NaN in dO) with the gradients'
+# expectations at B = 1, H = 2, S = 16, D = 16, the value planted in head (0,1), row 5, column 3. What the math gives:
+#   nan_q, inf_q  row 5 of O, LSE and dQ; every dK_j and dV_j (row 5's P_5j and dS_5j are NaN): 256 each
+#   nan_k         the whole head in every output
+#   nan_v, inf_v  column 3 of O; Delta_i = dO_i . O_i is then NaN/Inf in every row, so all of dQ and dK;
+#                 dV = P^T dO does not involve V and stays finite
+#   nan_do        Delta_5 and dP_5j: row 5 of dQ, every dK_j, and column 3 of dV
+#   neginf_k      the forward passes (key 5 has weight 0), but dQ_i = scale * sum_j dS_ij K_j multiplies dS_i5 = 0 by
+#                 K_5,3 = -Inf: column 3 of dQ is NaN in every row that sees key 5, by IEEE arithmetic and the oracle
+# With causal, the math confines a NaN to the rows and keys that see each other; kernels that compute a masked
+# entry of the diagonal tile as 0 and then multiply it (0 * NaN) can reach further inside the same head, so the
+# counts are ranges from what the math gives up to the whole head, and the first element stays where the math puts it.
+function(fa_add_backward_hardening_suite prefix binary)
+  cmake_parse_arguments(S "" "" "EXTRA" ${ARGN})
+  set(h "0,1")
+  set(pass O/PASS LSE/PASS dQ/PASS dK/PASS dV/PASS)
+  foreach(c random f64 v3 zero_q)
+    set(${c}_plain ${pass})
+    set(${c}_causal ${pass})
+  endforeach()
+  # Equal keys: dQ_i = scale * K_0 * sum_j dS_ij = 0 exactly (sum_j dS_ij = dO_i . O_i - Delta_i = 0). The oracle's
+  # dQ is 0 to within 1e-17, the kernels' float32 sums leave about 3e-8: correct, but a relative error against a zero
+  # tensor is meaningless (rel err 6e8, the check fails). The run exits 1 on that alone; dQ must stay within 1e-6.
+  set(equal_k_plain O/PASS LSE/PASS dQ/ABS/1e-6 dK/PASS dV/PASS)
+  set(equal_k_causal ${equal_k_plain})
+  set(neginf_k_plain O/PASS LSE/PASS dQ/${h},0,3/16/16 dK/PASS dV/PASS)
+  set(neginf_k_causal O/PASS LSE/PASS dQ/${h},[0-9]+,3/11/16 dK/PASS dV/PASS)
+  set(nan_q_plain O/${h},5,0/16/16 LSE/${h},5,0/1/1 dQ/${h},5,0/16/16 dK/${h},0,0/256/256 dV/${h},0,0/256/256)
+  set(nan_q_causal O/${h},5,0/16/16 LSE/${h},5,0/1/1 dQ/${h},5,0/16/16 dK/${h},0,0/96/256 dV/${h},0,0/96/256)
+  set(inf_q_plain ${nan_q_plain})
+  set(inf_q_causal ${nan_q_causal})
+  set(nan_k_plain O/${h},0,0/256/256 LSE/${h},0,0/16/16 dQ/${h},0,0/256/256 dK/${h},0,0/256/256
+                  dV/${h},0,0/256/256)
+  set(nan_k_causal O/${h},5,0/176/176 LSE/${h},5,0/11/11 dQ/${h},[0-9]+,[0-9]+/176/256 dK/${h},0,0/256/256
+                   dV/${h},0,0/256/256)
+  set(nan_v_plain O/${h},0,3/16/16 LSE/PASS dQ/${h},0,0/256/256 dK/${h},0,0/256/256 dV/PASS)
+  set(nan_v_causal O/${h},[0-9]+,3/11/16 LSE/PASS dQ/${h},[0-9]+,0/176/256 dK/${h},0,0/256/256 dV/PASS)
+  set(inf_v_plain ${nan_v_plain})
+  set(inf_v_causal ${nan_v_causal})
+  set(nan_do_plain O/PASS LSE/PASS dQ/${h},5,0/16/16 dK/${h},0,0/256/256 dV/${h},0,3/16/16)
+  set(nan_do_causal O/PASS LSE/PASS dQ/${h},5,0/16/16 dK/${h},0,0/96/256 dV/${h},0,3/6/16)
+  set(cases random f64 v3 equal_k zero_q neginf_k nan_q nan_k nan_v inf_q inf_v nan_do)
+
+  foreach(entry ${bad_file_cases})
+    string(REPLACE "|" ";" parts "${entry}")
+    list(GET parts 0 case)
+    list(GET parts 1 regex)
+    fa_add_stress_test(NAME ${prefix}_cpu_${case} BINARY ${binary} IMPL cpu CASE ${case} SHAPE "1|2|8|8|16"
+                       STATUS 2 STDERR "${regex}" ARGS ${S_EXTRA})
+  endforeach()
+  foreach(impl cpu cuda)
+    foreach(entry ${stress_flag_cases})
+      string(REPLACE "|" ";" parts "${entry}")
+      list(POP_FRONT parts name causal)
+      if(name MATCHES "Sq1100000")
+        continue()   # the naive backward's P and dS would be fine, but the oracle's backward takes minutes there
+      endif()
+      set(flags --B 1 --H 2 ${parts} ${S_EXTRA})
+      if(causal)
+        list(APPEND flags --causal)
+      endif()
+      fa_add_stress_test(NAME ${prefix}_${impl}_${name} BINARY ${binary} IMPL ${impl} STATUS 0 CHECKS O/PASS dQ/PASS
+                         ARGS ${flags})
+    endforeach()
+    foreach(case ${cases})
+      foreach(variant plain causal)
+        set(checks ${${case}_${variant}})
+        set(status 0)
+        if("${checks}" MATCHES "/[0-9]+/[0-9]+|/ABS/")
+          set(status 1)
+        endif()
+        set(name ${prefix}_${impl}_${case})
+        set(flags ${S_EXTRA})
+        if(variant STREQUAL "causal")
+          set(name ${name}_causal)
+          list(APPEND flags --causal)
+        endif()
+        fa_add_stress_test(NAME ${name} BINARY ${binary} IMPL ${impl} CASE ${case} SHAPE "1|2|16|16|16"
+                           STATUS ${status} CHECKS ${checks} ARGS ${flags})
+      endforeach()
+    endforeach()
+  endforeach()
+endfunction()
+
 # One call per phase binary; a phase whose binary is not built yet adds nothing (fa_add_stress_test checks).
 fa_add_hardening_suite(hardening_phase1 phase1_naive D 16)
 fa_add_hardening_suite(hardening_phase2 phase2_online_softmax D 16 TWO_D)
 fa_add_hardening_suite(hardening_phase3 phase3_forward_4d D 16 BOTH_VARIANTS)
+fa_add_backward_hardening_suite(hardening_phase4 phase4_backward)
 
 # --- 64-bit sizes ----------------------------------------------------------------------------------------------------
 # B*H*Sq*D = 4*1024*4097*128 = 2^31 + 2^19 elements in Q and in O (8 GiB each, float32): the flat indices of the last
@@ -265,3 +351,9 @@ function(fa_add_big_tests prefix binary)
 endfunction()
 fa_add_big_tests(hardening_phase1 phase1_naive)
 fa_add_big_tests(hardening_phase3 phase3_forward_4d EXTRA --step 3)   # naive, then step 3 non-causal and causal
+# Phase 2 is one head: the oracle would need the whole 2^31-element head in double (32 GiB), so only the GPU machine
+# (128 GiB of host memory) runs it. Phase 4 holds Q, O, dO and dQ (32 GiB): GPU only as well.
+fa_add_stress_test(NAME hardening_phase2_cuda_2p31 BINARY phase2_online_softmax IMPL cuda BIG STATUS 0 CHECKS O/PASS
+                   ARGS --Sq 16777217 --Sk 3 --D 128)
+fa_add_stress_test(NAME hardening_phase4_cuda_2p31 BINARY phase4_backward IMPL cuda BIG STATUS 0
+                   CHECKS O/PASS dQ/PASS dK/PASS dV/PASS ARGS ${big_2p31})

@@ -7,12 +7,15 @@
 #   GEN, CASE, SHAPE  when CASE is set: `GEN CASE DIR B H Sq Sk D` writes the inputs and --load-dir DIR is added
 #   STATUS            the exit status the binary must give (0 pass, 1 a check failed, 2 refused)
 #   STDERR            with STATUS 2: a regular expression the one "error: ..." line must match
-#   CHECKS            with STATUS 0 or 1: items TENSOR/PASS or TENSOR/FIRST/MIN/MAX. Every check row of that tensor (one
-#                     per implementation and step the run printed; at least one must exist) must pass, or must fail
-#                     with MIN..MAX NaN/Inf elements, the first of them at (b,h,s,d) = FIRST, written "b,h,s,d"
-#                     (a regular expression: "0,1,[0-9]+,3" accepts any row). An item may start with "causal:" or
-#                     "plain:": it then applies only to the rows whose label has "(causal)" in it, or only to the others
-#                     (phase 3 runs its steps both ways in one run).
+#   CHECKS            with STATUS 0 or 1: items TENSOR/PASS, TENSOR/FIRST/MIN/MAX or TENSOR/ABS/LIMIT, applied to every
+#                     check row of that tensor (one per implementation and step; at least one must exist):
+#                       PASS             the row passes;
+#                       FIRST/MIN/MAX    the row fails with MIN..MAX NaN/Inf elements, the first at (b,h,s,d) = FIRST,
+#                                        written "b,h,s,d" (a regular expression: "0,1,[0-9]+,3" accepts any row);
+#                       ABS/LIMIT        no NaN/Inf and a max abs err of at most LIMIT, pass or fail (for a tensor
+#                                        whose exact value is 0, where the relative error means nothing).
+#                     An item may start with "causal:" or "plain:": it then applies only to the rows whose label has
+#                     "(causal)" in it, or only to the others (phase 3 runs its steps both ways in one run).
 #   OOM_SKIP          when set, a refusal for lack of memory (exit 2, one line "error: out of ... memory") is reported
 #                     as skipped: the machine could not hold the run, which says nothing about the code
 string(REPLACE "|" ";" arg_list "${ARGS}")
@@ -79,13 +82,14 @@ foreach(item ${checks})
   list(GET fields 1 want)
   set(rows 0)
   foreach(line ${lines})
-    if(NOT line MATCHES "^  (.+[^ ]) +${tensor} +[-+0-9.a-z]+ +[-+0-9.a-z]+ +[-+0-9.a-z]+ +\\(([-0-9]+,[-0-9]+,[-0-9]+,[-0-9]+)\\) +(PASS|FAIL)( \\(([0-9]+) NaN/Inf\\))?$")
+    if(NOT line MATCHES "^  (.+[^ ]) +${tensor} +([-+0-9.a-z]+) +[-+0-9.a-z]+ +[-+0-9.a-z]+ +\\(([-0-9]+,[-0-9]+,[-0-9]+,[-0-9]+)\\) +(PASS|FAIL)( \\(([0-9]+) NaN/Inf\\))?$")
       continue()
     endif()
     set(label "${CMAKE_MATCH_1}")
-    set(first "${CMAKE_MATCH_2}")
-    set(result "${CMAKE_MATCH_3}")
-    set(count "${CMAKE_MATCH_5}")
+    set(abs_err "${CMAKE_MATCH_2}")
+    set(first "${CMAKE_MATCH_3}")
+    set(result "${CMAKE_MATCH_4}")
+    set(count "${CMAKE_MATCH_6}")
     if((select STREQUAL "causal" AND NOT label MATCHES "\\(causal\\)") OR
        (select STREQUAL "plain" AND label MATCHES "\\(causal\\)"))
       continue()
@@ -94,6 +98,13 @@ foreach(item ${checks})
     if(want STREQUAL "PASS")
       if(NOT result STREQUAL "PASS")
         message(FATAL_ERROR "${label} ${tensor}: expected PASS, got: ${line}")
+      endif()
+      continue()
+    endif()
+    if(want STREQUAL "ABS")
+      list(GET fields 2 limit)
+      if(NOT count STREQUAL "" OR NOT abs_err LESS_EQUAL limit)
+        message(FATAL_ERROR "${label} ${tensor}: expected no NaN/Inf and max abs err <= ${limit}, got: ${line}")
       endif()
       continue()
     endif()
