@@ -101,9 +101,11 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
                 }
                 for (int jj = 0; jj < VEC; jj++) s[j0 + jj] = s_vec[jj];
             }
-            // Keys past S_k (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax.
-            for (int j = 0; j < N_pad; j++)
-                if (j >= BLOCK_N || k_start + j >= S_k) s[j] = -INFINITY;
+            // Keys past S_k (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax. Only the
+            // last tile, or a padded one, has any.
+            if (N_pad > BLOCK_N || k_start + N_pad > S_k)
+                for (int j = 0; j < N_pad; j++)
+                    if (j >= BLOCK_N || k_start + j >= S_k) s[j] = -INFINITY;
 
             // The online softmax. The new max covers every key seen so far, this tile included.
             float m_tile = -INFINITY;

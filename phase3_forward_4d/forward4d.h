@@ -1,0 +1,91 @@
+// forward4d.h - phase 3: the FlashAttention forward on [B, H, S, D] tensors, in three steps.
+//
+//   step 1 (1_grid4d_*): [B, H, S, D] with explicit strides; the grid is (Q tiles, B*H); Sq != Sk works.
+//   step 2 (2_causal_*): + the causal mask, with K tiles entirely in the future never loaded, tiles entirely in the
+//                          past computed without a mask, and only the tiles on the diagonal masked element by element.
+//   step 3 (3_lse_*):    + LSE = log(sum_j exp(scale * q_i . k_j)) per row, [B, H, Sq] float32, for the backward.
+//
+// Every tensor comes with its strides (fa_strides, in elements: element (b, h, s, d) of Q is at
+// q[b * q_strides.b + h * q_strides.h + s * q_strides.s + d * q_strides.d], the chapter's stride_qb, stride_qh,
+// stride_qs, stride_qd), so a view of a larger tensor, such as a [B, S, H, D] buffer seen as [B, H, S, D], needs no
+// copy. The CPU functions take any strides. The CUDA functions read and write rows as float4s: they need
+// strides.d == 1, the other strides multiples of 4 and the pointers 16-byte aligned (true of every contiguous
+// tensor at the D they support) and exit 2 with one line otherwise. LSE is always contiguous [B, H, Sq].
+#ifndef FORWARD4D_H
+#define FORWARD4D_H
+
+#include "fa_shape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// --- Step 1: the 4D grid (shape->causal must be 0) ---------------------------------------------------------------
+void flash_forward_grid4d_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
+                              const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                              fa_strides o_strides);
+void flash_forward_grid4d_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
+                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
+                               fa_strides v_strides, float *o, fa_strides o_strides);
+
+// --- Step 2: causal block pruning. tiles_visited may be NULL, else receives the number of (Q tile, K tile) pairs
+//     the CPU processed (summed over all heads).
+void flash_forward_causal_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
+                              const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                              fa_strides o_strides, int64_t *tiles_visited);
+void flash_forward_causal_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
+                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
+                               fa_strides v_strides, float *o, fa_strides o_strides);
+
+// --- Step 3: + LSE (natural log), contiguous [B, H, Sq]. Phase 4's backward pass uses these two. -----------------
+void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
+                           const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                           fa_strides o_strides, float *lse, int64_t *tiles_visited);
+void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
+                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                            fa_strides o_strides, float *lse);
+
+// Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. Each step file
+// has its own copy (the three are equal), so that every step file is complete on its own.
+int64_t flash_forward_grid4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+int64_t flash_forward_causal_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+int64_t flash_forward_lse_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+
+// What the CUDA kernels are compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation per step, and
+// every one costs compile time for every GPU architecture of the build, so the list is short.
+#define FLASH4D_CUDA_HEAD_DIMS {16, 32, 64, 128, 0}
+#define FLASH4D_CUDA_TILES_TEXT "64x32, 64x64 or 128x64"
+static inline int flash4d_cuda_supports_tiles(int block_m, int block_n) {
+    return (block_m == 64 && (block_n == 32 || block_n == 64)) || (block_m == 128 && block_n == 64);
+}
+
+// --- The causal rule, shared by the kernels, the tile-count test and the figure -----------------------------------
+// Row i sees key j when j <= i (top-left aligned). For one (Q tile, K tile) pair, the tile of rows
+// q_start .. q_start + block_m - 1 and keys k_start .. k_start + block_n - 1 (cut at S_q and S_k) is
+//   TILE_FUTURE    every key comes after every row: nothing to see; the K-tile loop stops here (and at every later
+//                  tile, which lies further in the future), so the tile is never even loaded;
+//   TILE_FULL      every key is at or before every row (or the attention is not causal): compute, no mask;
+//   TILE_DIAGONAL  the diagonal i = j crosses the tile: compute, then mask s[i][j] to -INFINITY where j > i.
+enum { TILE_FULL = 0, TILE_DIAGONAL = 1, TILE_FUTURE = 2 };
+
+#ifdef __CUDACC__
+#define FA_HOST_DEVICE __host__ __device__   // the CUDA kernels call the same function as the CPU code
+#else
+#define FA_HOST_DEVICE
+#endif
+
+FA_HOST_DEVICE static inline int causal_tile_stage(int causal, int64_t q_start, int64_t k_start, int block_m,
+                                                   int block_n, int64_t S_q, int64_t S_k) {
+    if (!causal) return TILE_FULL;
+    const int64_t q_last = (q_start + block_m < S_q ? q_start + block_m : S_q) - 1;   // the last row that exists
+    const int64_t k_last = (k_start + block_n < S_k ? k_start + block_n : S_k) - 1;   // the last key that exists
+    if (k_start > q_last) return TILE_FUTURE;   // its first key is after the tile's last row
+    if (k_last <= q_start) return TILE_FULL;    // its last key is at or before the tile's first row
+    return TILE_DIAGONAL;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
