@@ -48,11 +48,12 @@ class Entry:
     work_factor: float = 1.0       # forward passes one run does, for the time estimate (phase 4: forward + backward)
 
 
-# The CPU caps: time grows as S^2. At B=1, H=4, D=64 one naive forward at S=2048 takes about 0.35 s on one core of the
+# The CPU caps: time grows as S^2. At B=1, H=4, D=64 one naive forward at S=4096 takes about 1.4 s on one core of the
 # 2-core development machine (12.8 GFLOP/s, quiet); D=128 doubles it; a configuration runs it 5-8 times, 1 thread and
-# all threads; phases 3 and 4 time several implementations per run. The whole CPU sweep is about 5 minutes there.
+# all threads; phases 3 and 4 time several implementations per run (phase 4: forward, naive backward and two
+# backwards, 8 forwards' worth). The whole CPU sweep takes about 4-5 minutes there.
 SWEEP = (
-    Entry("phase1_naive", "naive attention: S and P materialised", cpu_max_S=2048),
+    Entry("phase1_naive", "naive attention: S and P materialised", cpu_max_S=4096),
     Entry("phase2_online_softmax", "online softmax, one [N, d] head (with naive on the same input)", cpu_max_S=4096,
           causal=(False,), two_d=True),
     # One phase 3 run with --step all times naive, step 1, and steps 2 and 3 both non-causal and causal ("step 2
@@ -174,7 +175,7 @@ def command(bin_dir, config, threads, csv_path, quick):
 class Estimator:
     PRIOR_FLOPS_PER_S = {"cpu": 4e9, "cuda": 4e11}   # a whole configuration (all its runs), before any was measured
     OVERHEAD_S = 0.3                                   # process start, inputs, oracle at small S
-    TRUSTED_S = 2.0
+    TRUSTED_S = 5.0
 
     def __init__(self):
         self.seconds, self.done = {}, {}   # per (binary, device): measured seconds, work done

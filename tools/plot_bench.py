@@ -379,9 +379,10 @@ def memory_figure(rows, palette, path, D, note):
 
 def causal_figure(rows, palette, path, D, note):
     subset = [r for r in rows if r.D == D and r.status == "ok"]
-    device = "cuda" if any(r.device == "cuda" for r in subset) else "cpuN"
+    # The GPU where there is one; else the 1-thread CPU rows, which a shared machine disturbs least.
+    device = "cuda" if any(r.device == "cuda" for r in subset) else "cpu1"
     if not any(r.device == device for r in subset):
-        device = "cpu1"
+        device = "cpuN"
     subset = [r for r in subset if r.device == device]
     both = sorted({r.series for r in subset if r.causal} & {r.series for r in subset if not r.causal}, key=order)
     if not both:
