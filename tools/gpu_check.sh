@@ -7,7 +7,9 @@
 #   3. run the GPU tests again under compute-sanitizer: memcheck, racecheck, initcheck and synccheck
 #      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
 #   4. run the benchmarks (make bench's sweep, and each phase at the shapes the issues quote: LOGDIR/headline.log).
-# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench").
+# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench");
+# FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere), FA_HEADLINE_PHASES
+# the phases headline.sh runs (e.g. "3 4"). Logs are written as each step goes, so a run cut short keeps its logs.
 # The last lines printed are a summary; the exit status is non-zero when any step failed.
 set -uo pipefail
 LOGDIR=${1:?usage: tools/gpu_check.sh LOGDIR}
@@ -41,7 +43,7 @@ if want build; then
 fi
 
 if want test; then
-    (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600) > "$LOGDIR/ctest.log" 2>&1
+    (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 ${FA_GPU_TEST_ARGS:-}) > "$LOGDIR/ctest.log" 2>&1
     rc=$?
     skipped=$(grep -c '(Skipped)' "$LOGDIR/ctest.log")
     record test $([ $rc -eq 0 ] && echo ok || echo FAIL) "$(ctest_counts "$LOGDIR/ctest.log"); $skipped skipped"

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # tools/headline.sh BINDIR - every phase at the shapes the issues quote, with the check block and timing table each
 # prints. Phases whose binary does not exist yet are left out. tools/gpu_check.sh runs it into headline.log.
+# FA_HEADLINE_PHASES picks phases (default "1 2 3 4").
 set -uo pipefail
 BIN=${1:-build/bin}
+PHASES=${FA_HEADLINE_PHASES:-1 2 3 4}
 status=0
 run() {   # run BINARY ARGS...: prints the command, then its output
     local binary=$1; shift
     [ -x "$BIN/$binary" ] || return 0
+    [[ " $PHASES " == *" ${binary:5:1} "* ]] || return 0
     echo; echo "\$ $binary $*"
     "$BIN/$binary" "$@" 2>&1 || status=1
 }
