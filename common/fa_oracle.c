@@ -41,6 +41,12 @@ double *fa_oracle_heads_to_double(const float *x, const fa_shape *s, const unsig
     return out;
 }
 
+// Threads only pay off past about a million multiply-adds: below that (the tiny shapes of the gradient checks,
+// which call the oracle thousands of times) starting a parallel region costs more than the work.
+static int worth_threads(const fa_shape *s) {
+    return (double)s->B * (double)s->H * (double)s->Sq * (double)s->Sk * (double)s->D > 1e6;
+}
+
 static int64_t visible_keys(const fa_shape *s, int64_t i) {
     if (!s->causal) return s->Sk;
     return i + 1 < s->Sk ? i + 1 : s->Sk;   // row i sees keys 0..i
@@ -72,7 +78,7 @@ void fa_oracle_forward(const fa_shape *s, const double *q, const double *k, cons
                        const unsigned char *heads, double *o, double *lse) {
     const int64_t D = s->D, BH = s->B * s->H;
     // Rows are independent: parallelise over (head, row) so that one long head still uses every core.
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(s))
     {
         double *p = fa_alloc_doubles(s->Sk, "oracle row of P");
 #pragma omp for collapse(2) schedule(dynamic, 16)
@@ -103,7 +109,7 @@ void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, con
     fa_oracle_forward(s, q, k, v, heads, o, lse);
 
     // Pass 1, one query row at a time: Delta_i = dO_i . O_i, and dQ_i = scale * sum_j dS_ij k_j.
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(s))
     {
         double *p = fa_alloc_doubles(s->Sk, "oracle row of P");
 #pragma omp for collapse(2) schedule(dynamic, 16)
@@ -130,7 +136,7 @@ void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, con
 
     // Pass 2, one key row at a time: dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i, with
     // P_ij = exp(S_ij - LSE_i) recomputed from the stored log-sum-exp.
-#pragma omp parallel for collapse(2) schedule(dynamic, 16)
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (worth_threads(s))
     for (int64_t bh = 0; bh < BH; bh++) {
         for (int64_t j = 0; j < s->Sk; j++) {
             if (heads && !heads[bh]) continue;
