@@ -8,7 +8,9 @@
 #      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
 #   4. run the benchmarks (make bench's sweep, and each phase at the shapes the issues quote: LOGDIR/headline.log).
 # Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench");
-# FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere), FA_HEADLINE_PHASES
+# FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
+# FA_SANITIZE_TEST_ARGS the sanitizer sweeps (default "-L gpu -LE big"; "-L gpu -L ^phase -LE big" still covers every
+# kernel, through the phase tests, in less time), FA_HEADLINE_PHASES
 # the phases headline.sh runs (e.g. "3 4"). Logs are written as each step goes, so a run cut short keeps its logs.
 # The last lines printed are a summary; the exit status is non-zero when any step failed.
 set -uo pipefail
@@ -56,7 +58,7 @@ for tool in memcheck racecheck initcheck synccheck; do
     extra=""
     [ $tool = memcheck ] && extra=";--leak-check;full"
     cmake -S . -B "$BUILD" "-DFA_GPU_TEST_LAUNCHER=$SANITIZER;--tool;$tool;--error-exitcode;1$extra" > /dev/null 2>&1
-    (cd "$BUILD" && ctest --output-on-failure -L gpu -LE big -j 4 --timeout 900) > "$log" 2>&1
+    (cd "$BUILD" && ctest --output-on-failure ${FA_SANITIZE_TEST_ARGS:--L gpu -LE big} -j 8 --timeout 900) > "$log" 2>&1
     rc=$?
     errors=$(grep -hE "ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]" "$log" | head -3 | tr '\n' ' ')
     record $tool $([ $rc -eq 0 ] && echo ok || echo FAIL) "$(ctest_counts "$log") ${errors}"
