@@ -10,9 +10,9 @@
 // Run:       build/bin/phase3_forward_4d --impl cuda --step 2 --B 4 --H 16 --S 4096 --D 64 --causal
 //
 // Thread mapping (docs/02-online-softmax.md draws it):
-//   - one query row per thread, or per pair of threads when D = 128: a thread holds at most DIMS_PER_THREAD = 64
-//     dimensions of q and acc in registers (128 would need too many registers); the pair adds its two halves of
-//     each dot product with one __shfl_xor_sync, then both hold the full score;
+//   - one query row per thread, or per pair of threads when D = 128: a thread holds at most MAX_DIMS_PER_THREAD
+//     = 64 dimensions of q and acc in registers (128 would need too many registers); the pair adds its two halves
+//     of each dot product with one __shfl_xor_sync, then both hold the full score;
 //   - the BLOCK_N scores of the current tile are a register array (every loop below has a compile-time trip count
 //     and is unrolled, which is what lets an array live in registers);
 //   - the K and V tiles are loaded by all threads together, float4 by float4 (consecutive threads read consecutive
