@@ -332,7 +332,8 @@ def source_commit(repo):
 # ----------------------------------------------------------------------------------------------------------------------
 # The Markdown summary
 
-SUMMARY_S = (128, 512, 2048, 8192, 16384)
+NOISE_NOTE = "CPU timings on a shared machine are noisy (5-20% run to run); compare within one run."
+SUMMARY_S = (128, 512, 1024, 2048, 4096, 16384)   # a few S: the CPU caps, and the longest GPU run
 
 
 def number(x, digits=1):
@@ -593,7 +594,7 @@ def main(argv):
     results = os.path.join(out_dir, "results.csv")
     if args.summarize:
         rows = [r for path in args.summarize for r in read_rows(path)]
-        path, text = write_summary(out_dir, rows)
+        path, text = write_summary(out_dir, rows, NOISE_NOTE)
         print(text)
         print(f"\nwrote {path}")
         return 0
@@ -662,7 +663,7 @@ def main(argv):
                   f" about {clock(left)} left", flush=True)
 
         rows = read_rows(results)
-        note = "CPU timings on a shared machine are noisy (5-20% run to run); compare within one run."
+        note = NOISE_NOTE
         if have_gpu and not args.no_pytorch and not args.cpu_only and not gpu_gone:
             torch_rows, torch_ok, words = pytorch_rows(args, tmp, log, bin_dir)
             append_rows(results, torch_rows)
