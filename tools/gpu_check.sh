@@ -11,7 +11,8 @@
 # FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
 # FA_SANITIZE_TEST_ARGS the sanitizer sweeps (default "-L gpu -LE big"; "-L gpu -L ^phase -LE big" still covers every
 # kernel, through the phase tests, in less time), FA_HEADLINE_PHASES
-# the phases headline.sh runs (e.g. "3 4"). Logs are written as each step goes, so a run cut short keeps its logs.
+# the phases headline.sh runs (e.g. "3 4"), FA_BENCH_ARGS extra arguments of tools/bench.py (e.g. "--gpu-only").
+# Logs are written as each step goes, so a run cut short keeps its logs.
 # The last lines printed are a summary; the exit status is non-zero when any step failed.
 set -uo pipefail
 LOGDIR=${1:?usage: tools/gpu_check.sh LOGDIR}
@@ -71,8 +72,8 @@ if want headline && [ -x tools/headline.sh ]; then
 fi
 
 if want bench && [ -f tools/bench.py ]; then
-    python3 tools/bench.py --build "$BUILD" --out "$LOGDIR" > "$LOGDIR/bench.log" 2>&1
-    record bench $([ $? -eq 0 ] && echo ok || echo FAIL) "see bench.log, results.csv, summary.md"
+    python3 tools/bench.py --build "$BUILD" --out "$LOGDIR" ${FA_BENCH_ARGS:-} > "$LOGDIR/bench-stdout.log" 2>&1
+    record bench $([ $? -eq 0 ] && echo ok || echo FAIL) "see bench.log, results.csv, summary.md, bench-stdout.log"
 fi
 
 echo
