@@ -3,7 +3,7 @@
 // What it adds over step 1 (phase3_forward_4d/1_grid4d_cpu.c): the causal mask (row i sees keys j <= i) in the three
 //   stages of causal_tile_stage() (forward4d.h): the K-tile loop ends at the first tile entirely in the future,
 //   tiles entirely in the past are computed without a mask, and only the diagonal tiles mask element by element.
-//   The heaviest Q tiles run first. It also counts the (Q tile, K tile) pairs it processes.
+//   The Q tiles run last to first, heaviest first. It also counts the (Q tile, K tile) pairs it processes.
 // CUDA twin: phase3_forward_4d/2_causal_cuda.cu
 // Diff:      diff -u phase3_forward_4d/1_grid4d_cpu.c phase3_forward_4d/2_causal_cpu.c
 // Next:      diff -u phase3_forward_4d/2_causal_cpu.c phase3_forward_4d/3_lse_cpu.c
@@ -177,12 +177,11 @@ void flash_forward_causal_cpu(const fa_shape *shape, int block_m, int block_n, c
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
-        // The two loops are the CUDA grid, in the order its blocks start: one iteration is one thread block.
-        // Causal: the last Q tiles see the most keys. The last Q tile of every head comes first, then the one before
-        // it in every head, and so on: the short ones fill in at the end.
+        // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, q_tile): one iteration is one thread block.
 #pragma omp for collapse(2) schedule(dynamic) reduction(+ : visited)
-        for (int64_t t = 0; t < n_q_tiles; t++)
-            for (int64_t bh = 0; bh < BH; bh++) {
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t t = 0; t < n_q_tiles; t++) {
+                // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
                 visited += q_tile_program(shape, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
                                           v, v_strides, o, o_strides, &w);

@@ -179,12 +179,11 @@ void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, cons
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
-        // The two loops are the CUDA grid, in the order its blocks start: one iteration is one thread block.
-        // Causal: the last Q tiles see the most keys. The last Q tile of every head comes first, then the one before
-        // it in every head, and so on: the short ones fill in at the end.
+        // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, q_tile): one iteration is one thread block.
 #pragma omp for collapse(2) schedule(dynamic) reduction(+ : visited)
-        for (int64_t t = 0; t < n_q_tiles; t++)
-            for (int64_t bh = 0; bh < BH; bh++) {
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t t = 0; t < n_q_tiles; t++) {
+                // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
                 visited += q_tile_program(shape, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
                                           v, v_strides, o, o_strides, lse, &w);

@@ -68,14 +68,8 @@ flash_forward_lse_kernel(const float *__restrict__ q, fa_strides q_strides, cons
     float4 *k_tile = smem;                                   // [BLOCK_N][D / 4]
     float4 *v_tile = smem + TILE_FLOAT4;                     // [BLOCK_N][D / 4]
 
-    // Causal: the Q tiles are not equal, the last ones see the most keys. Blocks start roughly in the order of their
-    // number (x fastest), so the numbering gives the first blocks the last Q tile of every head, the next ones the
-    // tile before it in every head, and so on: the short tiles fill the GPU at the end, instead of a few long ones
-    // running alone. Each block still owns one (Q tile, head); only which block owns which has changed.
-    const int64_t heads = gridDim.y, block = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
-    const int64_t q_start = (gridDim.x - 1 - block / heads) * BLOCK_M;
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
-    const int64_t bh = bh_first + block % heads, b = bh / H, h = bh % H;
+    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
     q += b * q_strides.b + h * q_strides.h;
     k += b * k_strides.b + h * k_strides.h;
     v += b * v_strides.b + h * v_strides.h;
@@ -83,6 +77,9 @@ flash_forward_lse_kernel(const float *__restrict__ q, fa_strides q_strides, cons
     lse += bh * S_q;
 
     const int part = threadIdx.x % THREADS_PER_ROW;          // which chunks of the row this thread holds
+    // Causal: the last Q tiles see the most keys, and the first blocks launched get them, so that the short ones
+    // fill the GPU at the end instead of a few long ones running alone.
+    const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
     const int64_t i = q_start + threadIdx.x / THREADS_PER_ROW;   // this thread's query row
     const bool row_exists = i < S_q;   // rows past S_q compute like the others (no thread skips a barrier)
                                        // but load zeros and store nothing
