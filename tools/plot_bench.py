@@ -187,7 +187,7 @@ def machine_line(rows, threads_note=True):
         parts.append(f"CPU: {', '.join(cpus)}" + (f" ({threads} threads)" if threads_note else ""))
     if gpus:
         parts.append(f"GPU: {', '.join(gpus)}")
-    commits = sorted({r.commit for r in rows})
+    commits = sorted({r.commit for r in rows if r.phase != "pytorch"})
     if commits:
         parts.append("commit " + ", ".join(commits))
     return "   ".join(parts)
@@ -249,7 +249,7 @@ def finish(fig, path, handles, labels, title, subtitle):
         fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=11, frameon=False)
     rows_of_legend = (len(labels) + 3) // 4 if labels else 0
     fig.tight_layout(rect=(0, 0.045 * rows_of_legend + 0.02, 1, 0.95))
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {path}")
 
@@ -371,7 +371,7 @@ def memory_figure(rows, palette, path, D, note):
     title = f"Memory a run needs: naive grows as S\u00b2 (S and P), flash as S ({shape_text(subset, D, False)})"
     fig.suptitle(f"{title}\n{machine_line(rows, False)}{note}", fontsize=13)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {path}")
     return True
