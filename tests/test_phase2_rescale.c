@@ -10,6 +10,7 @@
 //   2. that the rescale matters: the same tiled loop without alpha (simulated here in double) is far off the oracle;
 //   3. the kernel against the float64 oracle (fa_verify_results), with no NaN or Inf.
 #include "fa_gpu.h"
+#include "fa_test_device.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
@@ -97,16 +98,7 @@ static double error_without_rescale(const float *q, const float *k, const float 
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0)) {
-        fprintf(stderr, "usage: %s cpu|cuda\n", argv[0]);
-        return 2;
-    }
-    const int on_gpu = strcmp(argv[1], "cuda") == 0;
-    char why[160];
-    if (on_gpu && !fa_gpu_available(why, sizeof why)) {
-        printf("skipped: %s\n", why);
-        return FA_EXIT_SKIP;
-    }
+    const int on_gpu = fa_test_wants_gpu(argc, argv);
 
     const fa_shape shape = {.B = 1, .H = 1, .Sq = S_Q, .Sk = S_K, .D = HEAD_DIM, .causal = 0, .scale = SCALE};
     float *q = fa_alloc_floats(S_Q * HEAD_DIM, "Q"), *k = fa_alloc_floats(S_K * HEAD_DIM, "K");

@@ -11,6 +11,7 @@
 // buffer: the transposed layout, stride d = Sk. Every step runs on every view (steps 2 and 3 causal and not), and
 // the result, gathered back to a contiguous tensor, is checked against the float64 oracle.
 #include "fa_gpu.h"
+#include "fa_test_device.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
@@ -154,16 +155,7 @@ static void test_layout(int on_gpu, const layout *L, const float *q, const float
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0)) {
-        fprintf(stderr, "usage: %s cpu|cuda\n", argv[0]);
-        return 2;
-    }
-    const int on_gpu = strcmp(argv[1], "cuda") == 0;
-    char why[160];
-    if (on_gpu && !fa_gpu_available(why, sizeof why)) {
-        printf("skipped: %s\n", why);
-        return FA_EXIT_SKIP;
-    }
+    const int on_gpu = fa_test_wants_gpu(argc, argv);
     float *q = fa_alloc_floats(B * H * S_Q * D, "Q"), *k = fa_alloc_floats(B * H * S_K * D, "K");
     float *v = fa_alloc_floats(B * H * S_K * D, "V");
     fa_fill_random(q, B * H * S_Q * D, 5, FA_STREAM_Q, 1.0f);

@@ -9,6 +9,7 @@
 // O and LSE come from the float64 oracle rounded to float32, so that this test checks the backward alone.
 #include "backward.h"
 #include "fa_gpu.h"
+#include "fa_test_device.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
@@ -224,10 +225,7 @@ static void test_cuda(const fa_shape *s, int block_m, int block_n) {
 #endif
 
 int main(int argc, char **argv) {
-    if (argc != 2 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0)) {
-        fprintf(stderr, "usage: %s cpu|cuda\n", argv[0]);
-        return 2;
-    }
+    const int on_gpu = fa_test_wants_gpu(argc, argv);
     // Sq != Sk both ways, causal on and off, sizes that are multiples of no tile.
     const fa_shape shapes[] = {
         {.B = 2, .H = 3, .Sq = 77, .Sk = 130, .D = 32, .causal = 1},
@@ -235,7 +233,7 @@ int main(int argc, char **argv) {
         {.B = 2, .H = 1, .Sq = 97, .Sk = 97, .D = 16, .causal = 0},
     };
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    if (strcmp(argv[1], "cpu") == 0) {
+    if (!on_gpu) {
         for (int i = 0; i < n_shapes; i++) {
             fa_shape s = shapes[i];
             s.scale = (float)(1.0 / sqrt((double)s.D));
@@ -244,11 +242,6 @@ int main(int argc, char **argv) {
         }
     } else {
 #if FA_HAVE_CUDA
-        char why[160];
-        if (!fa_gpu_available(why, sizeof why)) {
-            printf("skipped: %s\n", why);
-            return FA_EXIT_SKIP;
-        }
         const int head_dims[4] = {16, 32, 64, 128};
         for (int i = 0; i < n_shapes; i++) {
             for (int d = 0; d < 4; d++) {

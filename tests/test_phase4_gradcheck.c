@@ -8,6 +8,7 @@
 // both dQ variants. cuda exits 77 (skipped) without a GPU.
 #include "backward.h"
 #include "fa_gpu.h"
+#include "fa_test_device.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
@@ -122,18 +123,7 @@ static void check_shape(fa_shape s, int on_gpu, int block_m, int block_n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0)) {
-        fprintf(stderr, "usage: %s cpu|cuda\n", argv[0]);
-        return 2;
-    }
-    const int on_gpu = strcmp(argv[1], "cuda") == 0;
-    if (on_gpu) {
-        char why[160];
-        if (!fa_gpu_available(why, sizeof why)) {
-            printf("skipped: %s\n", why);
-            return FA_EXIT_SKIP;
-        }
-    }
+    const int on_gpu = fa_test_wants_gpu(argc, argv);
     // Sq > Sk and Sq < Sk, so that causal rows past Sk and keys no row sees are both covered.
     const fa_shape shapes[] = {
         {.B = 1, .H = 2, .Sq = 9, .Sk = 6, .D = 16, .causal = 1},
