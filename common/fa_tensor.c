@@ -41,6 +41,20 @@ static void *try_alloc(int64_t count, size_t elem) {
 float *fa_try_alloc_floats(int64_t count) { return try_alloc(count, sizeof(float)); }
 double *fa_try_alloc_doubles(int64_t count) { return try_alloc(count, sizeof(double)); }
 
+int fa_try_alloc_floats_pair(int64_t count, float **first, float **second) {
+    *first = *second = NULL;
+    const int64_t available = fa_host_available_bytes();
+    if (count <= 0 || (available >= 0 && 2.0 * (double)count * sizeof(float) > (double)available)) return -1;
+    *first = fa_try_alloc_floats(count);
+    *second = *first ? fa_try_alloc_floats(count) : NULL;
+    if (!*second) {
+        free(*first);
+        *first = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 float *fa_alloc_floats(int64_t count, const char *what) {
     float *p = fa_try_alloc_floats(count);
     if (!p) fa_die("out of host memory: %s needs %.0f bytes", what, (double)count * sizeof(float));

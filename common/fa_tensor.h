@@ -26,6 +26,10 @@ double *fa_try_alloc_doubles(int64_t count);
 // The same, but on failure prints how many bytes `what` needed and exits 2.
 float *fa_alloc_floats(int64_t count, const char *what);
 double *fa_alloc_doubles(int64_t count, const char *what);
+// Allocates two buffers of count floats each (S and P of the naive version, say), checking their combined size
+// first: memory malloc has promised but nobody has written yet does not show as used, so two separate checks of
+// 16 GiB against 24 GiB free would both pass and the process be killed later. Returns 0, or -1 with both NULL.
+int fa_try_alloc_floats_pair(int64_t count, float **first, float **second);
 // Bytes of memory the machine can still give this process (MemAvailable), or -1 when unknown.
 int64_t fa_host_available_bytes(void);
 

@@ -43,16 +43,9 @@ int main(int argc, char **argv) {
     const int64_t n_scores = fa_numel_scores(shape);
     const double sp_bytes = 2.0 * (double)n_scores * sizeof(float);   // S and P: the O(S^2) wall
     float *scores = NULL, *probs = NULL;
-    if (opt.impl & FA_IMPL_CPU) {   // before any other work, so that a run too large for the machine stops at once
-        // S and P are checked together: memory malloc has promised but nobody has written yet does not show as used,
-        // so two checks of 16 GiB each against 24 GiB free would both pass, and the process be killed later.
-        const int64_t available = fa_host_available_bytes();
-        if (available < 0 || sp_bytes <= (double)available) {
-            scores = fa_try_alloc_floats(n_scores);
-            probs = scores ? fa_try_alloc_floats(n_scores) : NULL;
-        }
-        if (!probs) fa_exit_out_of_memory(&report, "naive", "cpu", sp_bytes, "S and P");
-    }
+    // Before any other work, so that a run too large for the machine stops at once.
+    if ((opt.impl & FA_IMPL_CPU) && fa_try_alloc_floats_pair(n_scores, &scores, &probs) != 0)
+        fa_exit_out_of_memory(&report, "naive", "cpu", sp_bytes, "S and P");
 
     fa_inputs in;
     fa_make_inputs(&opt, 0, &in);

@@ -78,8 +78,8 @@ int main(int argc, char **argv) {
 
     if (opt.impl & FA_IMPL_CPU) {
         // Naive, when its S and P fit: the online softmax needs neither.
-        float *scores = fa_try_alloc_floats(n_scores), *probs = scores ? fa_try_alloc_floats(n_scores) : NULL;
-        if (probs) {
+        float *scores, *probs;
+        if (fa_try_alloc_floats_pair(n_scores, &scores, &probs) == 0) {
             run_args args = {shape, 0, 0, in.q, in.k, in.v, scores, probs, o, lse};
             fa_implementation impl = {.label = "naive", .run = run_naive_cpu, .ctx = &args,
                                       .flops = fa_flops_forward(shape), .extra_bytes = (int64_t)sp_bytes,

@@ -112,8 +112,7 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
             args.probs = args.scores ? fa_gpu_try_alloc(n_scores) : NULL;
 #endif
         } else {
-            args.scores = fa_try_alloc_floats(n_scores);
-            args.probs = args.scores ? fa_try_alloc_floats(n_scores) : NULL;
+            fa_try_alloc_floats_pair(n_scores, &args.scores, &args.probs);
         }
         if (!args.probs) {
             char size[32];

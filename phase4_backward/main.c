@@ -211,9 +211,8 @@ int main(int argc, char **argv) {
         fa_forward_outputs(&forward, shape, &ref, o, NULL, lse, NULL);
         fa_check_and_time(&report, &opt, &ref, &forward);   // leaves O and LSE in o, lse for the backward
 
-        float *probs = n_scores ? fa_try_alloc_floats(n_scores) : NULL;
-        float *dscores = probs ? fa_try_alloc_floats(n_scores) : NULL;
-        if (dscores) {
+        float *probs, *dscores;
+        if (fa_try_alloc_floats_pair(n_scores, &probs, &dscores) == 0) {
             naive_args args = {shape, in.q, in.k, in.v, o, lse, in.dout, probs, dscores, host.dq, host.dk, host.dv};
             fa_implementation naive = {.label = NAIVE_LABEL, .run = run_naive_cpu, .ctx = &args,
                                        .flops = fa_flops_backward(shape), .extra_bytes = (int64_t)naive_bytes,
