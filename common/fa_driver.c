@@ -34,11 +34,11 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
                         float *o_host, float *o_device, float *lse_host, float *lse_device) {
     impl->n_outputs = 0;
     fa_output *o = &impl->outputs[impl->n_outputs++];
-    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward};
+    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0};
     fa_dims_q(shape, o->dims);
     if (!lse_host) return;
     fa_output *lse = &impl->outputs[impl->n_outputs++];
-    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward};
+    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0};
     fa_dims_lse(shape, lse->dims);
 }
 
@@ -192,7 +192,8 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     memset(ref, 0, sizeof *ref);
     ref->heads = malloc((size_t)BH);
     if (!ref->heads) fa_die("out of host memory: the oracle's head mask needs %lld bytes", (long long)BH);
-    double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 3.5 : 1.0);
+    // FLOPs per head: the oracle's passes and fa_oracle_magnitudes' (about as many again).
+    double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 6.0 : 2.0);
     int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / per_head);
     if (count < 1) count = 1;
     choose_heads(ref->heads, BH, count);
@@ -206,7 +207,7 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     double start = fa_now_ms();
     fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
     fflush(stderr);
-    fa_set_threads(omp_get_num_procs());
+    fa_set_threads(opt->threads);
     const int64_t q_head = s->Sq * s->D, kv_head = s->Sk * s->D;
     double *q = fa_oracle_heads_to_double(in->q, s, ref->heads, q_head, "oracle Q");
     double *k = fa_oracle_heads_to_double(in->k, s, ref->heads, kv_head, "oracle K");
@@ -214,14 +215,16 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     ref->o = fa_oracle_alloc_heads(s, ref->heads, q_head, "oracle O");
     ref->lse = fa_oracle_alloc_heads(s, ref->heads, s->Sq, "oracle LSE");
     fa_oracle_forward(s, q, k, v, ref->heads, ref->o, ref->lse);
+    double *dout = NULL;
     if (backward) {
-        double *dout = fa_oracle_heads_to_double(in->dout, s, ref->heads, q_head, "oracle dO");
+        dout = fa_oracle_heads_to_double(in->dout, s, ref->heads, q_head, "oracle dO");
         ref->dq = fa_oracle_alloc_heads(s, ref->heads, q_head, "oracle dQ");
         ref->dk = fa_oracle_alloc_heads(s, ref->heads, kv_head, "oracle dK");
         ref->dv = fa_oracle_alloc_heads(s, ref->heads, kv_head, "oracle dV");
-        fa_oracle_backward(s, q, k, v, dout, ref->heads, ref->dq, ref->dk, ref->dv);
-        free(dout);
+        fa_oracle_backward(s, q, k, v, dout, ref->o, ref->lse, ref->heads, ref->dq, ref->dk, ref->dv);
     }
+    fa_oracle_magnitudes(s, q, k, v, dout, ref->o, ref->lse, ref->heads, &ref->scale);
+    free(dout);
     free(q);
     free(k);
     free(v);
@@ -304,8 +307,12 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
     // 2. Check every output against the oracle, and save it.
     for (int i = 0; i < impl->n_outputs; i++) {
         const fa_output *out = &impl->outputs[i];
-        fa_report_add_check(report, fa_verify_results(check_label, out->name, out->host, out->want, out->dims,
-                                                      ref->heads, out->tolerance));
+        fa_check check = fa_verify_results_scaled(check_label, out->name, out->host, out->want, out->dims,
+                                                  ref->heads, out->tolerance, out->scale);
+        if (out->reference_label)
+            fa_check_against_reference(&check, fa_report_find_check(report, out->reference_label, out->name),
+                                       out->reference_factor);
+        fa_report_add_check(report, check);
         save_tensor(opt, out->name, out->host, out->dims);
     }
     report->heads_checked = ref->heads_checked;

@@ -8,6 +8,7 @@ extern "C" {
 #endif
 
 #include "fa_cli.h"
+#include "fa_oracle.h"
 #include "fa_report.h"
 
 // Inputs of a run: seeded random, or read from --load-dir. q and dout are [B,H,Sq,D]; k and v are [B,H,Sk,D].
@@ -24,6 +25,7 @@ typedef struct {
     double *dq, *dk, *dv;       // backward (NULL unless asked for)
     double tol_forward;         // tolerances for these inputs (fa_tolerance_for_inputs)
     double tol_backward;
+    fa_magnitudes scale;        // what each output's errors are measured against (fa_oracle_magnitudes)
 } fa_reference;
 
 // One output of an implementation and what it is checked against.
@@ -34,6 +36,11 @@ typedef struct {
     int64_t dims[4];            // (b, h, s, d) sizes; LSE is (B, H, Sq, 1)
     const double *want;         // the oracle's answer
     double tolerance;
+    double scale;               // what its errors are measured against (fa_verify_results_scaled)
+    // FlashAttention's rule (fa_check_against_reference), where a straightforward implementation of the same step
+    // ran earlier in the report: the label of its check rows ("naive backward cpu") and the factor; NULL for none.
+    const char *reference_label;
+    double reference_factor;
 } fa_output;
 
 // One implementation of one step: how to run it once, and what it writes.

@@ -101,12 +101,10 @@ void fa_oracle_forward(const fa_shape *s, const double *q, const double *k, cons
 }
 
 void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, const double *v, const double *dout,
-                        const unsigned char *heads, double *dq, double *dk, double *dv) {
+                        const double *o, const double *lse, const unsigned char *heads, double *dq, double *dk,
+                        double *dv) {
     const int64_t D = s->D, BH = s->B * s->H;
-    double *o = fa_oracle_alloc_heads(s, heads, s->Sq * D, "oracle O");
-    double *lse = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle LSE");
     double *delta = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle Delta");
-    fa_oracle_forward(s, q, k, v, heads, o, lse);
 
     // Pass 1, one query row at a time: Delta_i = dO_i . O_i, and dQ_i = scale * sum_j dS_ij k_j.
 #pragma omp parallel if (worth_threads(s))
@@ -155,7 +153,74 @@ void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, con
             }
         }
     }
-    free(o);
-    free(lse);
     free(delta);
+}
+
+void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, const double *v, const double *dout,
+                          const double *o, const double *lse, const unsigned char *heads, fa_magnitudes *mag) {
+    const int64_t D = s->D, BH = s->B * s->H;
+    double mag_o = 0.0, mag_lse = 0.0, mag_dq = 0.0, mag_dk = 0.0, mag_dv = 0.0;
+    // Rows: O, LSE and dQ are sums over the keys of one query row.
+#pragma omp parallel if (worth_threads(s)) reduction(max : mag_o, mag_lse, mag_dq)
+    {
+        double *sum_o = fa_alloc_doubles(2 * D, "oracle magnitudes"), *sum_dq = sum_o + D;
+#pragma omp for collapse(2) schedule(dynamic, 16)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            for (int64_t i = 0; i < s->Sq; i++) {
+                if (heads && !heads[bh]) continue;
+                const int64_t row = bh * s->Sq + i;
+                const double *q_row = q + row * D, *k_head = k + bh * s->Sk * D, *v_head = v + bh * s->Sk * D;
+                const double delta = dout ? fabs(dot(dout + row * D, o + row * D, D)) : 0.0;
+                double max_score = -INFINITY;
+                for (int64_t d = 0; d < D; d++) sum_o[d] = sum_dq[d] = 0.0;
+                for (int64_t j = 0; j < visible_keys(s, i); j++) {
+                    const double score = s->scale * dot(q_row, k_head + j * D, D);
+                    const double p = exp(score - lse[row]);
+                    if (score > max_score) max_score = score;
+                    const double ds_terms = dout ? p * (fabs(dot(dout + row * D, v_head + j * D, D)) + delta) : 0.0;
+                    for (int64_t d = 0; d < D; d++) {
+                        sum_o[d] += p * fabs(v_head[j * D + d]);
+                        sum_dq[d] += s->scale * ds_terms * fabs(k_head[j * D + d]);
+                    }
+                }
+                for (int64_t d = 0; d < D; d++) {
+                    mag_o = fmax(mag_o, sum_o[d]);
+                    mag_dq = fmax(mag_dq, sum_dq[d]);
+                }
+                if (visible_keys(s, i) > 0) mag_lse = fmax(mag_lse, fabs(max_score) + (lse[row] - max_score));
+            }
+        }
+        free(sum_o);
+    }
+    // Columns: dK and dV are sums over the query rows that see one key.
+    if (dout) {
+#pragma omp parallel if (worth_threads(s)) reduction(max : mag_dk, mag_dv)
+        {
+            double *sum_dk = fa_alloc_doubles(2 * D, "oracle magnitudes"), *sum_dv = sum_dk + D;
+#pragma omp for collapse(2) schedule(dynamic, 16)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                for (int64_t j = 0; j < s->Sk; j++) {
+                    if (heads && !heads[bh]) continue;
+                    const double *k_row = k + (bh * s->Sk + j) * D, *v_row = v + (bh * s->Sk + j) * D;
+                    for (int64_t d = 0; d < D; d++) sum_dk[d] = sum_dv[d] = 0.0;
+                    for (int64_t i = s->causal ? j : 0; i < s->Sq; i++) {
+                        const int64_t row = bh * s->Sq + i;
+                        const double *q_row = q + row * D, *do_row = dout + row * D;
+                        const double p = exp(s->scale * dot(q_row, k_row, D) - lse[row]);
+                        const double ds_terms = p * (fabs(dot(do_row, v_row, D)) + fabs(dot(do_row, o + row * D, D)));
+                        for (int64_t d = 0; d < D; d++) {
+                            sum_dv[d] += p * fabs(do_row[d]);
+                            sum_dk[d] += s->scale * ds_terms * fabs(q_row[d]);
+                        }
+                    }
+                    for (int64_t d = 0; d < D; d++) {
+                        mag_dk = fmax(mag_dk, sum_dk[d]);
+                        mag_dv = fmax(mag_dv, sum_dv[d]);
+                    }
+                }
+            }
+            free(sum_dk);
+        }
+    }
+    *mag = (fa_magnitudes){mag_o, mag_lse, mag_dq, mag_dk, mag_dv};
 }

@@ -31,9 +31,23 @@ double *fa_oracle_heads_to_double(const float *x, const fa_shape *shape, const u
 void fa_oracle_forward(const fa_shape *shape, const double *q, const double *k, const double *v,
                        const unsigned char *heads, double *o, double *lse);
 
-// dq: [B, H, Sq, D], dk and dv: [B, H, Sk, D].
+// dq: [B, H, Sq, D], dk and dv: [B, H, Sk, D]. o and lse are fa_oracle_forward's for the same inputs.
 void fa_oracle_backward(const fa_shape *shape, const double *q, const double *k, const double *v, const double *dout,
-                        const unsigned char *heads, double *dq, double *dk, double *dv);
+                        const double *o, const double *lse, const unsigned char *heads, double *dq, double *dk,
+                        double *dv);
+
+// The size of the sums that make each output: what fa_verify_results_scaled measures errors against. A float32 sum
+// is off by a few ulps of the terms it adds, whatever its result; so each output's scale is the largest, over its
+// elements, of the sum of the absolute values of its terms (for LSE, the row's largest |score| plus log of its sum):
+//   O_id: sum_j p_ij |v_jd|          dV_jd: sum_i p_ij |dO_id|          LSE_i: |max_j s_ij| + log(sum_j exp(s_ij - max))
+//   dQ_id: scale sum_j p_ij (|dP_ij| + |Delta_i|) |k_jd|     dK_jd: scale sum_i p_ij (|dP_ij| + |Delta_i|) |q_id|
+// (dS_ij = p_ij (dP_ij - Delta_i): its error is on the scale of the two terms, not of their difference.)
+typedef struct {
+    double o, lse, dq, dk, dv;
+} fa_magnitudes;
+// dout may be NULL: then only o and lse are set. o and lse are fa_oracle_forward's.
+void fa_oracle_magnitudes(const fa_shape *shape, const double *q, const double *k, const double *v, const double *dout,
+                          const double *o, const double *lse, const unsigned char *heads, fa_magnitudes *mag);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,12 @@ void fa_report_add_note(fa_report *r, const char *fmt, ...) {
     va_end(args);
 }
 
+const fa_check *fa_report_find_check(const fa_report *r, const char *label, const char *tensor) {
+    for (int i = 0; i < r->n_checks; i++)
+        if (strcmp(r->checks[i].label, label) == 0 && strcmp(r->checks[i].tensor, tensor) == 0) return &r->checks[i];
+    return NULL;
+}
+
 int fa_report_label_passed(const fa_report *r, const char *label) {
     int result = -1;
     for (int i = 0; i < r->n_checks; i++) {
@@ -97,8 +103,8 @@ static void print_checks(const fa_report *r) {
     int64_t bh = r->shape.B * r->shape.H;
     printf("\nCheck against the float64 oracle (%d of %lld heads compared; NaN/Inf scanned everywhere)\n",
            r->heads_checked, (long long)bh);
-    printf("  %-28s %-6s %12s %10s %9s  %-22s %s\n", "implementation", "tensor", "max abs err", "rel err", "tol",
-           "worst (b,h,s,d)", "result");
+    printf("  %-28s %-6s %12s %10s %9s  %-12s %-22s %s\n", "implementation", "tensor", "max abs err", "rel err",
+           "tol", "vs naive", "worst (b,h,s,d)", "result");
     for (int i = 0; i < r->n_checks; i++) {
         const fa_check *c = &r->checks[i];
         char where[48];
@@ -107,8 +113,12 @@ static void print_checks(const fa_report *r) {
         char result[48];
         if (c->nonfinite) snprintf(result, sizeof result, "FAIL (%lld NaN/Inf)", (long long)c->nonfinite);
         else snprintf(result, sizeof result, "%s", c->pass ? "PASS" : "FAIL");
-        printf("  %-28s %-6s %12.3e %10.3e %9.1e  %-22s %s\n", c->label, c->tensor, c->max_abs_err, c->rel_err,
-               c->tolerance, where, result);
+        // FlashAttention's rule, where a straightforward implementation ran beside: its error times the factor.
+        char vs_ref[24] = "";
+        if (c->ref_err > 0.0) snprintf(vs_ref, sizeof vs_ref, "%.2fx<=%gx", c->max_abs_err / c->ref_err, c->ref_factor);
+        else if (c->ref_err == 0.0) snprintf(vs_ref, sizeof vs_ref, "ref exact");
+        printf("  %-28s %-6s %12.3e %10.3e %9.1e  %-12s %-22s %s\n", c->label, c->tensor, c->max_abs_err, c->rel_err,
+               c->tolerance, vs_ref, where, result);
     }
 }
 

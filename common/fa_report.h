@@ -48,6 +48,8 @@ void fa_report_add_row(fa_report *report, const fa_timing_row *row);
 void fa_report_add_note(fa_report *report, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // The pass flag of all checks whose label is `label` (1 when all passed, 0 when one failed, -1 when none).
 int fa_report_label_passed(const fa_report *report, const char *label);
+// The check of `tensor` in the rows labelled `label`, or NULL.
+const fa_check *fa_report_find_check(const fa_report *report, const char *label, const char *tensor);
 // Prints the header, the check block and the timing table.
 void fa_report_print(const fa_report *report);
 // Appends one CSV row per timing row to path (with a header line when the file is new). Returns 0 or exits 2.

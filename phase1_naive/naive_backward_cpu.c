@@ -18,25 +18,12 @@ static float dot(const float *a, const float *b, int64_t D) {
 }
 
 void naive_backward_cpu(const fa_shape *shape, const float *q, const float *k, const float *v, const float *o,
-                        const float *lse, const float *dout, float *probs, float *dscores, float *dq, float *dk,
-                        float *dv) {
+                        const float *probs, const float *dout, float *dscores, float *dq, float *dk, float *dv) {
     const int64_t BH = shape->B * shape->H, Sq = shape->Sq, Sk = shape->Sk, D = shape->D;
     const float scale = shape->scale;
-    // q, o, dout, dq: [BH, Sq, D]; k, v, dk, dv: [BH, Sk, D]; lse: [BH, Sq]; probs, dscores: [BH, Sq, Sk].
+    // q, o, dout, dq: [BH, Sq, D]; k, v, dk, dv: [BH, Sk, D]; probs (the forward's P), dscores: [BH, Sq, Sk].
 
-    // Step 1: P = exp(scale * Q K^T - LSE) from the forward's log-sum-exp; 0 where the causal mask hides the key.
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t bh = 0; bh < BH; bh++) {
-        for (int64_t i = 0; i < Sq; i++) {
-            float *p_row = probs + (bh * Sq + i) * Sk;
-            for (int64_t j = 0; j < Sk; j++)
-                p_row[j] = shape->causal && j > i
-                               ? 0.0f
-                               : expf(scale * dot(q + (bh * Sq + i) * D, k + (bh * Sk + j) * D, D) - lse[bh * Sq + i]);
-        }
-    }
-
-    // Step 2: dV = P^T dO. Key row j gathers column j of P.
+    // Step 1: dV = P^T dO. Key row j gathers column j of P.
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
         for (int64_t j = 0; j < Sk; j++) {
@@ -51,7 +38,7 @@ void naive_backward_cpu(const fa_shape *shape, const float *q, const float *k, c
         }
     }
 
-    // Step 3: dP = dO V^T.
+    // Step 2: dP = dO V^T.
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
         for (int64_t i = 0; i < Sq; i++) {
@@ -60,7 +47,7 @@ void naive_backward_cpu(const fa_shape *shape, const float *q, const float *k, c
         }
     }
 
-    // Step 4: dS = P * (dP - Delta), with Delta_i = rowsum(dO * O)_i; dS is written over dP.
+    // Step 3: dS = P * (dP - Delta), with Delta_i = rowsum(dO * O)_i; dS is written over dP.
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
         for (int64_t i = 0; i < Sq; i++) {
@@ -71,7 +58,7 @@ void naive_backward_cpu(const fa_shape *shape, const float *q, const float *k, c
         }
     }
 
-    // Step 5: dQ = scale * dS K.
+    // Step 4: dQ = scale * dS K.
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
         for (int64_t i = 0; i < Sq; i++) {
@@ -88,7 +75,7 @@ void naive_backward_cpu(const fa_shape *shape, const float *q, const float *k, c
         }
     }
 
-    // Step 6: dK = scale * dS^T Q. Key row j gathers column j of dS.
+    // Step 5: dK = scale * dS^T Q. Key row j gathers column j of dS.
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
         for (int64_t j = 0; j < Sk; j++) {

@@ -11,34 +11,13 @@
 
 #include <math.h>
 
-#define TILE 16             // probs and dP kernels: a TILE x TILE block of the Sq x Sk matrix per thread block
+#define TILE 16             // dP kernel: a TILE x TILE block of the Sq x Sk matrix per thread block
 #define OUT_COLS 32         // product kernels: OUT_COLS columns (along D) ...
 #define OUT_ROWS 8          // ... times OUT_ROWS rows per block
 #define ROW_WARPS 4         // dS kernel: one warp per row, ROW_WARPS rows per block
 #define ROW_MAX_BLOCKS 65536
 #define MAX_GRID_Y 65535    // the hardware limits of gridDim.y and gridDim.z: more rows of P, or more (b, h),
 #define MAX_GRID_Z 65535    // loop inside the kernel
-
-// P[bh][i][j] = exp(scale * q_i . k_j - lse_i); 0 where the causal mask hides key j. One element per thread (rows
-// past 65535 * TILE, the limit of gridDim.y, loop).
-__global__ void probs_kernel(const float *q, const float *k, const float *lse, float *probs, int64_t BH, int64_t Sq,
-                             int64_t Sk, int64_t D, float scale, int causal) {
-    const int64_t j = (int64_t)blockIdx.x * TILE + threadIdx.x;
-    if (j >= Sk) return;
-    for (int64_t i = (int64_t)blockIdx.y * TILE + threadIdx.y; i < Sq; i += (int64_t)gridDim.y * TILE) {
-        for (int64_t bh = blockIdx.z; bh < BH; bh += gridDim.z) {
-            float *p = probs + (bh * Sq + i) * Sk + j;
-            if (causal && j > i) {
-                *p = 0.0f;
-                continue;
-            }
-            const float *q_row = q + (bh * Sq + i) * D, *k_row = k + (bh * Sk + j) * D;
-            float dot = 0.0f;
-            for (int64_t d = 0; d < D; d++) dot += q_row[d] * k_row[d];
-            *p = expf(scale * dot - lse[bh * Sq + i]);
-        }
-    }
-}
 
 // dP[bh][i][j] = dO_i . v_j, one element per thread.
 __global__ void dprobs_kernel(const float *dout, const float *v, float *dprobs, int64_t BH, int64_t Sq, int64_t Sk,
@@ -108,8 +87,8 @@ __global__ void product_transposed_kernel(const float *m, const float *x, float 
 static unsigned int blocks_for(int64_t n, int64_t per_block) { return (unsigned int)((n + per_block - 1) / per_block); }
 
 extern "C" void naive_backward_cuda(const fa_shape *shape, const float *q, const float *k, const float *v,
-                                    const float *o, const float *lse, const float *dout, float *probs,
-                                    float *dscores, float *dq, float *dk, float *dv) {
+                                    const float *o, const float *probs, const float *dout, float *dscores,
+                                    float *dq, float *dk, float *dv) {
     const int64_t BH = shape->B * shape->H, Sq = shape->Sq, Sk = shape->Sk, D = shape->D;
     const unsigned int grid_z = (unsigned int)(BH < MAX_GRID_Z ? BH : MAX_GRID_Z);
     const unsigned int row_tiles = blocks_for(Sq, TILE) < MAX_GRID_Y ? blocks_for(Sq, TILE) : MAX_GRID_Y;
@@ -117,13 +96,11 @@ extern "C" void naive_backward_cuda(const fa_shape *shape, const float *q, const
     const dim3 dq_grid(blocks_for(Sq, OUT_ROWS), blocks_for(D, OUT_COLS), grid_z);
     const dim3 dkdv_grid(blocks_for(Sk, OUT_ROWS), blocks_for(D, OUT_COLS), grid_z);
 
-    // Step 1: P.   Step 2: dV = P^T dO.
-    probs_kernel<<<matrix_grid, dim3(TILE, TILE)>>>(q, k, lse, probs, BH, Sq, Sk, D, shape->scale, shape->causal);
-    FA_CUDA_CHECK_LAUNCH();
+    // Step 1: dV = P^T dO, with the forward's P.
     product_transposed_kernel<<<dkdv_grid, dim3(OUT_COLS, OUT_ROWS)>>>(probs, dout, dv, BH, Sq, Sk, D, 1.0f);
     FA_CUDA_CHECK_LAUNCH();
 
-    // Step 3: dP = dO V^T.   Step 4: dS = P * (dP - Delta), over dP.
+    // Step 2: dP = dO V^T.   Step 3: dS = P * (dP - Delta), over dP.
     dprobs_kernel<<<matrix_grid, dim3(TILE, TILE)>>>(dout, v, dscores, BH, Sq, Sk, D);
     FA_CUDA_CHECK_LAUNCH();
     const int64_t row_blocks = blocks_for(BH * Sq, ROW_WARPS);
@@ -131,7 +108,7 @@ extern "C" void naive_backward_cuda(const fa_shape *shape, const float *q, const
         dout, o, probs, dscores, BH * Sq, Sk, D);
     FA_CUDA_CHECK_LAUNCH();
 
-    // Step 5: dQ = scale * dS K.   Step 6: dK = scale * dS^T Q.
+    // Step 4: dQ = scale * dS K.   Step 5: dK = scale * dS^T Q.
     product_kernel<<<dq_grid, dim3(OUT_COLS, OUT_ROWS)>>>(dscores, k, dq, BH, Sq, Sk, D, shape->scale);
     FA_CUDA_CHECK_LAUNCH();
     product_transposed_kernel<<<dkdv_grid, dim3(OUT_COLS, OUT_ROWS)>>>(dscores, q, dk, BH, Sq, Sk, D, shape->scale);

@@ -16,7 +16,7 @@
 
 // Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
 // exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
-#define LOG2E 1.4426950408889634f
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length
 // over a small local array lets the compiler keep the array in vector registers, the way the CUDA kernel keeps its
 // arrays in registers. The tiles are padded with zeros to a multiple of VEC, so no loop needs a remainder.

@@ -21,7 +21,7 @@
 
 #include <math.h>
 
-#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 
 // A thread holds at most this many dimensions of its row's q and acc (2 * 64 registers already, next to the
 // BLOCK_N scores); a larger D is split over D / 64 threads.

@@ -16,7 +16,7 @@
 
 // Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
 // exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
-#define LOG2E 1.4426950408889634f
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length
 // over a small local array lets the compiler keep the array in vector registers, the way the CUDA kernel keeps its
 // arrays in registers. The tiles are padded with zeros to a multiple of VEC, so no loop needs a remainder.
@@ -27,8 +27,8 @@ static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; 
 // One thread's working memory: the CPU's stand-in for a CUDA block's shared memory and its threads' registers.
 typedef struct {
     int64_t D_pad, N_pad;   // D and BLOCK_N rounded up to a multiple of VEC
-    float *q_tile;          // [BLOCK_M, D]      the Q tile, times qk_scale
-    float *k_tile_t;        // [D, N_pad]        the K tile, transposed: the score loop then runs along j
+    float *q_tile;          // [BLOCK_M, D_pad]  the Q tile, times qk_scale
+    float *k_tile_t;        // [D_pad, N_pad]    the K tile, transposed: the score loop then runs along j
     float *v_tile;          // [N_pad, D_pad]    the V tile
     float *acc;             // [BLOCK_M, D_pad]  unnormalised output rows
     float *m_i, *l_i;       // [BLOCK_M]         running max (base 2) and running sum of each row
@@ -37,7 +37,7 @@ typedef struct {
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t D_pad = round_up(D, VEC), N_pad = round_up(block_n, VEC);
-    return block_m * D + D * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
+    return block_m * D_pad + D_pad * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
 }
 
 int64_t flash_forward_grid4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -49,13 +49,13 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.D_pad = round_up(D, VEC);
     w.N_pad = round_up(block_n, VEC);
     w.q_tile = fa_alloc_floats(workspace_floats(D, block_m, block_n), "the CPU tiles");
-    w.k_tile_t = w.q_tile + block_m * D;
-    w.v_tile = w.k_tile_t + D * w.N_pad;
+    w.k_tile_t = w.q_tile + block_m * w.D_pad;
+    w.v_tile = w.k_tile_t + w.D_pad * w.N_pad;
     w.acc = w.v_tile + w.N_pad * w.D_pad;
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
-    // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
+    // Zero once: the padding rows of k_tile_t and columns of v_tile (d >= D) are never written again: they stay 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
 }
@@ -77,7 +77,7 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
 
     for (int i = 0; i < rows; i++) {
         for (int64_t d = 0; d < D; d++)
-            w->q_tile[i * D + d] = q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale;
+            w->q_tile[i * D_pad + d] = q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale;
         for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
         w->m_i[i] = -INFINITY;
         w->l_i[i] = 0.0f;
@@ -96,18 +96,26 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
 
         // Each row i is one CUDA thread on the GPU.
         for (int i = 0; i < rows; i++) {
-            const float *q_i = w->q_tile + i * D;
+            const float *q_i = w->q_tile + i * D_pad;
             float *acc_i = w->acc + i * D_pad, *s = w->s;
 
             // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
-            // and the VEC partial sums of s_vec stay in registers while d runs.
+            // and the sums stay in registers while d runs, four per key (dim d in part d % 4), added in pairs at the
+            // end: the order of standard attention's vectorised dot product, and the order phase 4's backward sums
+            // its scores in (forward4d.h, CPU_SCORE_PARTS). The tiles are zero past D, so no loop needs a remainder.
             for (int j0 = 0; j0 < N_pad; j0 += VEC) {
-                float s_vec[VEC] = {0.0f};
-                for (int64_t d = 0; d < D; d++) {
-                    const float q_d = q_i[d], *k_d = w->k_tile_t + d * N_pad + j0;
-                    for (int jj = 0; jj < VEC; jj++) s_vec[jj] += q_d * k_d[jj];
+                float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};
+                for (int64_t d = 0; d < D; d += 4) {
+                    const float *k_d = w->k_tile_t + d * N_pad + j0;
+                    const float q0 = q_i[d], q1 = q_i[d + 1], q2 = q_i[d + 2], q3 = q_i[d + 3];
+                    for (int jj = 0; jj < VEC; jj++) {
+                        s0[jj] += q0 * k_d[jj];
+                        s1[jj] += q1 * k_d[N_pad + jj];
+                        s2[jj] += q2 * k_d[2 * N_pad + jj];
+                        s3[jj] += q3 * k_d[3 * N_pad + jj];
+                    }
                 }
-                for (int jj = 0; jj < VEC; jj++) s[j0 + jj] = s_vec[jj];
+                for (int jj = 0; jj < VEC; jj++) s[j0 + jj] = (s0[jj] + s1[jj]) + (s2[jj] + s3[jj]);
             }
             // Keys past S_k (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax. Only the
             // last tile, or a padded one, has any.

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 #define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
 
 // A thread holds at most this many dimensions of its row's q and acc (2 * 64 registers already, next to the
@@ -36,6 +36,8 @@ template <int D> struct row_split {
     static constexpr int DIMS_PER_THREAD = D < MAX_DIMS_PER_THREAD ? D : MAX_DIMS_PER_THREAD;
     static constexpr int THREADS_PER_ROW = D / DIMS_PER_THREAD;
     static constexpr int CHUNKS = DIMS_PER_THREAD / 4;   // float4 chunks per thread
+    static constexpr int PARTS = D / SCORE_PART_DIMS / THREADS_PER_ROW;   // score parts per thread (forward4d.h)
+    static_assert(PARTS >= 1 && 4 % PARTS == 0, "a float4 splits evenly into the score parts");
 };
 
 // Thread `part` of a row holds the float4 chunks part, part + THREADS_PER_ROW, part + 2*THREADS_PER_ROW, ... of
@@ -45,11 +47,21 @@ template <int D> __device__ __forceinline__ int chunk_of(int c, int part) {
     return c * row_split<D>::THREADS_PER_ROW + part;
 }
 
-__device__ __forceinline__ float dot4(float4 a, float4 b, float sum) {
-    sum = fmaf(a.x, b.x, sum);
-    sum = fmaf(a.y, b.y, sum);
-    sum = fmaf(a.z, b.z, sum);
-    return fmaf(a.w, b.w, sum);
+// a . b added into PARTS partial sums: element e of the float4 (dim 4c + e of the row) goes to part e % PARTS.
+template <int PARTS> __device__ __forceinline__ void dot4_parts(float4 a, float4 b, float (&sum)[PARTS]) {
+    sum[0 % PARTS] = fmaf(a.x, b.x, sum[0 % PARTS]);
+    sum[1 % PARTS] = fmaf(a.y, b.y, sum[1 % PARTS]);
+    sum[2 % PARTS] = fmaf(a.z, b.z, sum[2 % PARTS]);
+    sum[3 % PARTS] = fmaf(a.w, b.w, sum[3 % PARTS]);
+}
+
+// (x[0] + x[1]) + (x[2] + x[3]): the order of the backward's butterfly (row_sum in phase4_backward).
+template <int PARTS> __device__ __forceinline__ float add_in_pairs(float (&x)[PARTS]) {
+#pragma unroll
+    for (int step = 1; step < PARTS; step *= 2)
+#pragma unroll
+        for (int p = 0; p + step < PARTS; p += 2 * step) x[p] += x[p + step];
+    return x[0];
 }
 
 // grid: (number of Q tiles, heads of this launch), block: BLOCK_M * THREADS_PER_ROW threads.
@@ -118,15 +130,16 @@ flash_forward_causal_kernel(const float *__restrict__ q, fa_strides q_strides, c
         }
         __syncthreads();
 
-        // Scores s[j] = qk_scale * q_i . k_j. The loop over d is outside, the loop over j inside: BLOCK_N
-        // independent sums advance together, and each float4 read from shared memory feeds 4 multiply-adds.
+        // Scores s[j] = qk_scale * q_i . k_j, each summed in SCORE_PARTS interleaved parts added in pairs, the order
+        // in which phase 4's backward sums the same scores (forward4d.h, SCORE_PART_DIMS). Each float4 read from
+        // shared memory feeds 4 multiply-adds, and the parts are independent sums that advance together.
         float s[BLOCK_N];
 #pragma unroll
-        for (int j = 0; j < BLOCK_N; j++) s[j] = 0.0f;
+        for (int j = 0; j < BLOCK_N; j++) {
+            float part_sum[row_split<D>::PARTS] = {};
 #pragma unroll
-        for (int c = 0; c < CHUNKS; c++) {
-#pragma unroll
-            for (int j = 0; j < BLOCK_N; j++) s[j] = dot4(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], s[j]);
+            for (int c = 0; c < CHUNKS; c++) dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
+            s[j] = add_in_pairs(part_sum);
         }
         // D = 128: the threads of a row (neighbouring lanes of one warp) add up their parts of each dot product;
         // afterwards every one of them holds the full scores, and the same m_i and l_i.

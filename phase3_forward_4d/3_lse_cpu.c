@@ -1,7 +1,8 @@
 // 3_lse_cpu.c - phase 3, step 3, on the CPU: the 4D causal forward that also stores the log-sum-exp.
 //
 // What it adds over step 2 (phase3_forward_4d/2_causal_cpu.c): LSE_i = log(sum_j exp(scale * q_i . k_j)) per row,
-//   [B, H, Sq] float32, from the m_i and l_i the loop already has. The backward pass (phase 4) recomputes P from it.
+//   [B, H, Sq] float32, from the m_i and l_i the loop already has, and beside it what its rounding lost
+//   (lse_residual, fa_math.h). The backward pass (phase 4) recomputes P from the two.
 // CUDA twin: phase3_forward_4d/3_lse_cuda.cu
 // Diff:      diff -u phase3_forward_4d/2_causal_cpu.c phase3_forward_4d/3_lse_cpu.c
 // Next:      diff -u phase3_forward_4d/3_lse_cpu.c phase4_backward/backward_dq_cpu.c
@@ -16,8 +17,7 @@
 
 // Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
 // exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f   // m_i and l_i are in base 2: LSE = ln(2) * log2(sum) = LN2 * (m_i + log2(l_i))
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length
 // over a small local array lets the compiler keep the array in vector registers, the way the CUDA kernel keeps its
 // arrays in registers. The tiles are padded with zeros to a multiple of VEC, so no loop needs a remainder.
@@ -28,8 +28,8 @@ static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; 
 // One thread's working memory: the CPU's stand-in for a CUDA block's shared memory and its threads' registers.
 typedef struct {
     int64_t D_pad, N_pad;   // D and BLOCK_N rounded up to a multiple of VEC
-    float *q_tile;          // [BLOCK_M, D]      the Q tile, times qk_scale
-    float *k_tile_t;        // [D, N_pad]        the K tile, transposed: the score loop then runs along j
+    float *q_tile;          // [BLOCK_M, D_pad]  the Q tile, times qk_scale
+    float *k_tile_t;        // [D_pad, N_pad]    the K tile, transposed: the score loop then runs along j
     float *v_tile;          // [N_pad, D_pad]    the V tile
     float *acc;             // [BLOCK_M, D_pad]  unnormalised output rows
     float *m_i, *l_i;       // [BLOCK_M]         running max (base 2) and running sum of each row
@@ -38,7 +38,7 @@ typedef struct {
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t D_pad = round_up(D, VEC), N_pad = round_up(block_n, VEC);
-    return block_m * D + D * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
+    return block_m * D_pad + D_pad * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
 }
 
 int64_t flash_forward_lse_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -50,13 +50,13 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.D_pad = round_up(D, VEC);
     w.N_pad = round_up(block_n, VEC);
     w.q_tile = fa_alloc_floats(workspace_floats(D, block_m, block_n), "the CPU tiles");
-    w.k_tile_t = w.q_tile + block_m * D;
-    w.v_tile = w.k_tile_t + D * w.N_pad;
+    w.k_tile_t = w.q_tile + block_m * w.D_pad;
+    w.v_tile = w.k_tile_t + w.D_pad * w.N_pad;
     w.acc = w.v_tile + w.N_pad * w.D_pad;
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
-    // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
+    // Zero once: the padding rows of k_tile_t and columns of v_tile (d >= D) are never written again: they stay 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
 }
@@ -65,7 +65,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 // Returns the number of K tiles it processed.
 static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
                            const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, workspace *w) {
+                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
+                           workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
     const float qk_scale = shape->scale * LOG2E;
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
@@ -74,13 +75,14 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
     k += b * k_strides.b + h * k_strides.h;
     v += b * v_strides.b + h * v_strides.h;
     o += b * o_strides.b + h * o_strides.h;
-    lse += bh * S_q;   // LSE is contiguous [B, H, Sq]
+    lse += bh * S_q;   // LSE (and its residual) is contiguous [B, H, Sq]
+    if (lse_residual) lse_residual += bh * S_q;
     // Rows past S_q do not exist: the CPU skips them (the GPU computes them and never stores them).
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
 
     for (int i = 0; i < rows; i++) {
         for (int64_t d = 0; d < D; d++)
-            w->q_tile[i * D + d] = q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale;
+            w->q_tile[i * D_pad + d] = q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale;
         for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
         w->m_i[i] = -INFINITY;
         w->l_i[i] = 0.0f;
@@ -106,18 +108,26 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
 
         // Each row i is one CUDA thread on the GPU.
         for (int i = 0; i < rows; i++) {
-            const float *q_i = w->q_tile + i * D;
+            const float *q_i = w->q_tile + i * D_pad;
             float *acc_i = w->acc + i * D_pad, *s = w->s;
 
             // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
-            // and the VEC partial sums of s_vec stay in registers while d runs.
+            // and the sums stay in registers while d runs, four per key (dim d in part d % 4), added in pairs at the
+            // end: the order of standard attention's vectorised dot product, and the order phase 4's backward sums
+            // its scores in (forward4d.h, CPU_SCORE_PARTS). The tiles are zero past D, so no loop needs a remainder.
             for (int j0 = 0; j0 < N_pad; j0 += VEC) {
-                float s_vec[VEC] = {0.0f};
-                for (int64_t d = 0; d < D; d++) {
-                    const float q_d = q_i[d], *k_d = w->k_tile_t + d * N_pad + j0;
-                    for (int jj = 0; jj < VEC; jj++) s_vec[jj] += q_d * k_d[jj];
+                float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};
+                for (int64_t d = 0; d < D; d += 4) {
+                    const float *k_d = w->k_tile_t + d * N_pad + j0;
+                    const float q0 = q_i[d], q1 = q_i[d + 1], q2 = q_i[d + 2], q3 = q_i[d + 3];
+                    for (int jj = 0; jj < VEC; jj++) {
+                        s0[jj] += q0 * k_d[jj];
+                        s1[jj] += q1 * k_d[N_pad + jj];
+                        s2[jj] += q2 * k_d[2 * N_pad + jj];
+                        s3[jj] += q3 * k_d[3 * N_pad + jj];
+                    }
                 }
-                for (int jj = 0; jj < VEC; jj++) s[j0 + jj] = s_vec[jj];
+                for (int jj = 0; jj < VEC; jj++) s[j0 + jj] = (s0[jj] + s1[jj]) + (s2[jj] + s3[jj]);
             }
             // The last key this row may see: the last one there is, and on a diagonal tile the row itself (row i
             // sees keys j <= i). A tile in the past keeps step 1's test against S_k alone: no element mask.
@@ -161,19 +171,21 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
     }
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
-    // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i).
+    // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i); and what its rounding lost (fa_math.h says why).
     for (int i = 0; i < rows; i++) {
         const float inv_l = 1.0f / w->l_i[i];
         for (int64_t d = 0; d < D; d++)
             o[(q_start + i) * o_strides.s + d * o_strides.d] = w->acc[i * D_pad + d] * inv_l;
-        lse[q_start + i] = LN2 * (w->m_i[i] + log2f(w->l_i[i]));
+        float residual;
+        lse[q_start + i] = lse_from_base2(w->m_i[i], w->l_i[i], &residual);
+        if (lse_residual) lse_residual[q_start + i] = residual;
     }
     return tiles;
 }
 
 void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                           fa_strides o_strides, float *lse, int64_t *tiles_visited) {
+                           fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
     int64_t visited = 0;
 #pragma omp parallel
@@ -186,7 +198,7 @@ void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, cons
                 // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
                 visited += q_tile_program(shape, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
-                                          v, v_strides, o, o_strides, lse, &w);
+                                          v, v_strides, o, o_strides, lse, lse_residual, &w);
             }
         free(w.q_tile);
     }

@@ -1,7 +1,8 @@
 // 3_lse_cuda.cu - phase 3, step 3, on the GPU: the 4D causal forward that also stores the log-sum-exp.
 //
 // What it adds over step 2 (phase3_forward_4d/2_causal_cuda.cu): LSE_i = log(sum_j exp(scale * q_i . k_j)) per row,
-//   [B, H, Sq] float32, from the m_i and l_i the thread already has. The backward pass (phase 4) recomputes P from it.
+//   [B, H, Sq] float32, from the m_i and l_i the thread already has, and beside it what its rounding lost
+//   (lse_residual, fa_math.h). The backward pass (phase 4) recomputes P from the two.
 // CPU twin:  phase3_forward_4d/3_lse_cpu.c
 // Diff:      diff -u phase3_forward_4d/2_causal_cuda.cu phase3_forward_4d/3_lse_cuda.cu
 // Next:      diff -u phase3_forward_4d/3_lse_cuda.cu phase4_backward/backward_dq_cuda.cu
@@ -22,8 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
-#define LN2 0.6931471805599453f     // m_i and l_i are in base 2: LSE = ln(2) * log2(sum) = LN2 * (m_i + log2(l_i))
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 #define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
 
 // A thread holds at most this many dimensions of its row's q and acc (2 * 64 registers already, next to the
@@ -35,6 +35,8 @@ template <int D> struct row_split {
     static constexpr int DIMS_PER_THREAD = D < MAX_DIMS_PER_THREAD ? D : MAX_DIMS_PER_THREAD;
     static constexpr int THREADS_PER_ROW = D / DIMS_PER_THREAD;
     static constexpr int CHUNKS = DIMS_PER_THREAD / 4;   // float4 chunks per thread
+    static constexpr int PARTS = D / SCORE_PART_DIMS / THREADS_PER_ROW;   // score parts per thread (forward4d.h)
+    static_assert(PARTS >= 1 && 4 % PARTS == 0, "a float4 splits evenly into the score parts");
 };
 
 // Thread `part` of a row holds the float4 chunks part, part + THREADS_PER_ROW, part + 2*THREADS_PER_ROW, ... of
@@ -44,11 +46,21 @@ template <int D> __device__ __forceinline__ int chunk_of(int c, int part) {
     return c * row_split<D>::THREADS_PER_ROW + part;
 }
 
-__device__ __forceinline__ float dot4(float4 a, float4 b, float sum) {
-    sum = fmaf(a.x, b.x, sum);
-    sum = fmaf(a.y, b.y, sum);
-    sum = fmaf(a.z, b.z, sum);
-    return fmaf(a.w, b.w, sum);
+// a . b added into PARTS partial sums: element e of the float4 (dim 4c + e of the row) goes to part e % PARTS.
+template <int PARTS> __device__ __forceinline__ void dot4_parts(float4 a, float4 b, float (&sum)[PARTS]) {
+    sum[0 % PARTS] = fmaf(a.x, b.x, sum[0 % PARTS]);
+    sum[1 % PARTS] = fmaf(a.y, b.y, sum[1 % PARTS]);
+    sum[2 % PARTS] = fmaf(a.z, b.z, sum[2 % PARTS]);
+    sum[3 % PARTS] = fmaf(a.w, b.w, sum[3 % PARTS]);
+}
+
+// (x[0] + x[1]) + (x[2] + x[3]): the order of the backward's butterfly (row_sum in phase4_backward).
+template <int PARTS> __device__ __forceinline__ float add_in_pairs(float (&x)[PARTS]) {
+#pragma unroll
+    for (int step = 1; step < PARTS; step *= 2)
+#pragma unroll
+        for (int p = 0; p + step < PARTS; p += 2 * step) x[p] += x[p + step];
+    return x[0];
 }
 
 // grid: (number of Q tiles, heads of this launch), block: BLOCK_M * THREADS_PER_ROW threads.
@@ -58,7 +70,8 @@ template <int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(BLOCK_M * row_split<D>::THREADS_PER_ROW)
 flash_forward_lse_kernel(const float *__restrict__ q, fa_strides q_strides, const float *__restrict__ k,
                          fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
-                         float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse, int64_t S_q,
+                         float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse,
+                         float *__restrict__ lse_residual, int64_t S_q,
                          int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
@@ -74,7 +87,6 @@ flash_forward_lse_kernel(const float *__restrict__ q, fa_strides q_strides, cons
     k += b * k_strides.b + h * k_strides.h;
     v += b * v_strides.b + h * v_strides.h;
     o += b * o_strides.b + h * o_strides.h;
-    lse += bh * S_q;
 
     const int part = threadIdx.x % THREADS_PER_ROW;          // which chunks of the row this thread holds
     // Causal: the last Q tiles see the most keys, and the first blocks launched get them, so that the short ones
@@ -118,15 +130,16 @@ flash_forward_lse_kernel(const float *__restrict__ q, fa_strides q_strides, cons
         }
         __syncthreads();
 
-        // Scores s[j] = qk_scale * q_i . k_j. The loop over d is outside, the loop over j inside: BLOCK_N
-        // independent sums advance together, and each float4 read from shared memory feeds 4 multiply-adds.
+        // Scores s[j] = qk_scale * q_i . k_j, each summed in SCORE_PARTS interleaved parts added in pairs, the order
+        // in which phase 4's backward sums the same scores (forward4d.h, SCORE_PART_DIMS). Each float4 read from
+        // shared memory feeds 4 multiply-adds, and the parts are independent sums that advance together.
         float s[BLOCK_N];
 #pragma unroll
-        for (int j = 0; j < BLOCK_N; j++) s[j] = 0.0f;
+        for (int j = 0; j < BLOCK_N; j++) {
+            float part_sum[row_split<D>::PARTS] = {};
 #pragma unroll
-        for (int c = 0; c < CHUNKS; c++) {
-#pragma unroll
-            for (int j = 0; j < BLOCK_N; j++) s[j] = dot4(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], s[j]);
+            for (int c = 0; c < CHUNKS; c++) dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
+            s[j] = add_in_pairs(part_sum);
         }
         // D = 128: the threads of a row (neighbouring lanes of one warp) add up their parts of each dot product;
         // afterwards every one of them holds the full scores, and the same m_i and l_i.
@@ -183,14 +196,18 @@ flash_forward_lse_kernel(const float *__restrict__ q, fa_strides q_strides, cons
     }
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
-    // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i). The threads of a row hold the same m_i and l_i.
+    // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i); and what its rounding lost (fa_math.h says why).
+    // The threads of a row hold the same m_i and l_i.
     if (!row_exists) return;
     const float inv_l = 1.0f / l_i;
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++)
         reinterpret_cast<float4 *>(o + i * o_strides.s)[chunk_of<D>(c, part)] =
             make_float4(acc[c].x * inv_l, acc[c].y * inv_l, acc[c].z * inv_l, acc[c].w * inv_l);
-    if (part == 0) lse[i] = LN2 * (m_i + log2f(l_i));
+    float residual;
+    const float row_lse = lse_from_base2(m_i, l_i, &residual);
+    if (part == 0) lse[bh * S_q + i] = row_lse;
+    if (part == 0 && lse_residual) lse_residual[bh * S_q + i] = residual;
 }
 
 // The kernel reads and writes whole rows as float4s: every row must start on 16 bytes, with its D floats next to
@@ -207,7 +224,7 @@ static void check_float4_rows(const char *name, const float *x, fa_strides strid
 // BLOCK_N = 64 needs 64 KiB), so the kernel asks for what it uses.
 template <int D, int BLOCK_M, int BLOCK_N>
 static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, const float *k, fa_strides k_strides,
-                   const float *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+                   const float *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
     auto kernel = flash_forward_lse_kernel<D, BLOCK_M, BLOCK_N>;
     const int smem_bytes = 2 * BLOCK_N * D * (int)sizeof(float);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
@@ -217,7 +234,7 @@ static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, 
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
         const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
         kernel<<<dim3(q_tiles, heads), BLOCK_M * row_split<D>::THREADS_PER_ROW, smem_bytes>>>(
-            q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first,
+            q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, shape->Sq, shape->Sk, shape->H, bh_first,
             qk_scale, shape->causal);
         FA_CUDA_CHECK_LAUNCH();
     }
@@ -226,13 +243,13 @@ static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, 
 template <int D>
 static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
                          const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                         fa_strides o_strides, float *lse) {
+                         fa_strides o_strides, float *lse, float *lse_residual) {
     if (block_m == 64 && block_n == 32)
-        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual);
     else if (block_m == 64 && block_n == 64)
-        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual);
     else if (block_m == 128 && block_n == 64)
-        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual);
     else
         fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
@@ -240,23 +257,27 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
 
 extern "C" void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
                                        fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                                       fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+                                       fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
     check_float4_rows("Q", q, q_strides);
     check_float4_rows("K", k, k_strides);
     check_float4_rows("V", v, v_strides);
     check_float4_rows("O", o, o_strides);
     switch (shape->D) {
     case 16:
-        launch_tiles<16>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch_tiles<16>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
+                         lse_residual);
         break;
     case 32:
-        launch_tiles<32>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch_tiles<32>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
+                         lse_residual);
         break;
     case 64:
-        launch_tiles<64>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch_tiles<64>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
+                         lse_residual);
         break;
     case 128:
-        launch_tiles<128>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        launch_tiles<128>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
+                         lse_residual);
         break;
     default: fa_die("the CUDA kernels of phase 3 support D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
     }

@@ -14,6 +14,7 @@
 #ifndef FORWARD4D_H
 #define FORWARD4D_H
 
+#include "fa_math.h"    // FA_HOST_DEVICE
 #include "fa_shape.h"
 
 #ifdef __cplusplus
@@ -37,13 +38,14 @@ void flash_forward_causal_cuda(const fa_shape *shape, int block_m, int block_n, 
                                fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                                fa_strides v_strides, float *o, fa_strides o_strides);
 
-// --- Step 3: + LSE (natural log), contiguous [B, H, Sq]. Phase 4's backward pass uses these two. -----------------
+// --- Step 3: + LSE (natural log), contiguous [B, H, Sq], and lse_residual [B, H, Sq]: what LSE's float32 rounding
+//     lost, in base 2 (fa_math.h; NULL when not wanted). Phase 4's backward pass uses these two. -----------------
 void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                           fa_strides o_strides, float *lse, int64_t *tiles_visited);
+                           fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited);
 void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
                             const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                            fa_strides o_strides, float *lse);
+                            fa_strides o_strides, float *lse, float *lse_residual);
 
 // Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. Each step file
 // has its own copy (the three are equal), so that every step file is complete on its own.
@@ -59,6 +61,20 @@ static inline int flash4d_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 64 && (block_n == 32 || block_n == 64)) || (block_m == 128 && block_n == 64);
 }
 
+// --- How the GPU kernels sum a score q_i . k_j: the forward (phase 3) and the backward (phase 4) alike ------------
+// A score is summed as SCORE_PARTS = D / SCORE_PART_DIMS partial sums, part p over the dims p, p + SCORE_PARTS,
+// p + 2 * SCORE_PARTS, ... in increasing order, and the parts are then added in pairs: (part 0 + part 1) +
+// (part 2 + part 3), and so on. That is the order of the backward, which splits a row over SCORE_PARTS threads. Why
+// the forward follows it: the backward recomputes P_ij = exp(s_ij - LSE_i), and only when its s_ij has the very bits
+// the forward's had does the largest p of a row come back as accurately as the stored LSE allows. Summed in another
+// order, the two scores differ by float32 rounding, which at logits of a few hundred is 1e-5 or more, and every
+// gradient inherits it (docs/04-backward.md measures it).
+#define SCORE_PART_DIMS 16
+// The CPU code, forward and backward alike, sums a score in CPU_SCORE_PARTS = 4 parts, dim d in part d % 4, added in
+// pairs: the order of the lanes of a 4-float SIMD register, which is how standard attention's vectorised dot product
+// (phase 1) sums. (In one part, a sum of 64 or 128 products loses 2-4x more than that at large logits.)
+#define CPU_SCORE_PARTS 4
+
 // --- The causal rule, shared by the kernels, the tile-count test and the figure -----------------------------------
 // Row i sees key j when j <= i (top-left aligned). For one (Q tile, K tile) pair, the tile of rows
 // q_start .. q_start + block_m - 1 and keys k_start .. k_start + block_n - 1 (cut at S_q and S_k) is
@@ -67,12 +83,6 @@ static inline int flash4d_cuda_supports_tiles(int block_m, int block_n) {
 //   TILE_FULL      every key is at or before every row (or the attention is not causal): compute, no mask;
 //   TILE_DIAGONAL  the diagonal i = j crosses the tile: compute, then mask s[i][j] to -INFINITY where j > i.
 enum { TILE_FULL = 0, TILE_DIAGONAL = 1, TILE_FUTURE = 2 };
-
-#ifdef __CUDACC__
-#define FA_HOST_DEVICE __host__ __device__   // the CUDA kernels call the same function as the CPU code
-#else
-#define FA_HOST_DEVICE
-#endif
 
 FA_HOST_DEVICE static inline int causal_tile_stage(int causal, int64_t q_start, int64_t k_start, int block_m,
                                                    int block_n, int64_t S_q, int64_t S_k) {

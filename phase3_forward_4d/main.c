@@ -49,7 +49,7 @@ static void run_cpu(void *p) {
         flash_forward_causal_cpu(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, &a->tiles_visited);
         break;
     default:
-        flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
+        flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
                               &a->tiles_visited);
     }
 }
@@ -63,7 +63,7 @@ static void run_cuda(void *p) {
     case 0: naive_attention_cuda(s, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse); break;
     case 1: flash_forward_grid4d_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs); break;
     case 2: flash_forward_causal_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs); break;
-    default: flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse);
+    default: flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
     }
 }
 #endif

@@ -30,6 +30,7 @@ typedef struct {
     float *delta;                // workspace [B, H, Sq]: Delta = rowsum(dO * O), written by the preprocess
     float *dq, *dk, *dv;         // the gradients: dq [B, H, Sq, D], dk and dv [B, H, Sk, D]
     fa_strides dq_strides, dk_strides, dv_strides;
+    const float *lse_residual;   // [B, H, Sq]: what LSE's float32 rounding lost (phase 3 step 3, fa_math.h); NULL = 0
 } backward_tensors;
 
 // The whole backward pass: preprocess, main pass, and dQ the way dq_mode asks (FA_DQ_DETERMINISTIC or FA_DQ_ATOMIC).

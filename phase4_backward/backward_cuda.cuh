@@ -5,7 +5,9 @@
 
 #include <stdint.h>
 
-#define LOG2E 1.4426950408889634f   // exp(x) = exp2(x * LOG2E): ex2 is one fast instruction, exp is not
+#include "forward4d.h"   // SCORE_PART_DIMS
+
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 #define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more (b, h) pairs loop inside the kernel
 #define FULL_WARP 0xffffffffu       // every lane of the warp takes part in the shuffle
 
@@ -16,7 +18,9 @@
 // dims that is about 230 registers a thread (the compiler's resource report), so only 8 warps fit on an SM and the
 // GPU has little to run while one warp waits for shared memory; with 16 it is about 128 registers and 16 warps, for
 // the price of one more shuffle step per dot product.
-#define MAX_DIMS_PER_THREAD 16
+// It is also SCORE_PART_DIMS (forward4d.h): the forward sums each score in the order this split gives, so that the
+// scores recomputed here are the forward's to the last bit.
+#define MAX_DIMS_PER_THREAD SCORE_PART_DIMS
 template <int D>
 struct RowSplit {
     static constexpr int DIMS_PER_THREAD = D < MAX_DIMS_PER_THREAD ? D : MAX_DIMS_PER_THREAD;

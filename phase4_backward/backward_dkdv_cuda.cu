@@ -7,7 +7,7 @@
 // The mapping: one thread per key row j of the tile (THREADS_PER_ROW threads when D > 16, see backward_cuda.cuh),
 // which keeps K_j, V_j and its accumulators dK_j, dV_j in registers from start to end. The Q tile, the dO tile and
 // that tile's LSE and Delta are staged in shared memory, and every thread walks over the tile's query rows i:
-//   s = Q_i . K_j,  p = exp2(s * qk_scale - LSE_i * LOG2E),  dV_j += p dO_i,  dp = dO_i . V_j,
+//   s = (qk_scale Q_i) . K_j,  p = exp2(s - LSE_i * LOG2E),  dV_j += p dO_i,  dp = dO_i . V_j,
 //   ds = p (dp - Delta_i),  dK_j += ds Q_i
 // All threads read the same row i at the same time, so shared memory broadcasts it.
 #include "backward.h"
@@ -18,9 +18,10 @@
 // static __shared__ array may have).
 template <int D, int BLOCK_M, int BLOCK_N, bool ATOMIC_DQ>
 struct DkdvShared {
-    float q[BLOCK_M][D];         // the Q tile
+    float q[BLOCK_M][D];         // the Q tile, times qk_scale (as the forward held it)
     float dout[BLOCK_M][D];      // the dO tile
-    float lse2[BLOCK_M];         // LSE_i * LOG2E
+    float lse2_hi[BLOCK_M];      // LSE_i * LOG2E = lse2_hi + lse2_lo (lse_to_base2 in fa_math.h)
+    float lse2_lo[BLOCK_M];
     float delta[BLOCK_M];        // Delta_i
     // Atomic dQ only: dQ_tile += scale * dS_tile K_tile needs every K_j of the tile and the whole dS tile. The dS row
     // is one float longer than the tile so that the threads of a warp, each reading its own row, hit different banks.
@@ -85,11 +86,12 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int
             for (int e = threadIdx.x; e < BLOCK_M * D; e += THREADS) {
                 const int r = e / D, d = e % D;
                 const int64_t i = q_start + r;
-                sh.q[r][d] = r < rows ? q_head[i * t.q_strides.s + d * t.q_strides.d] : 0.0f;
+                sh.q[r][d] = r < rows ? q_head[i * t.q_strides.s + d * t.q_strides.d] * qk_scale : 0.0f;
                 sh.dout[r][d] = r < rows ? do_head[i * t.do_strides.s + d * t.do_strides.d] : 0.0f;
             }
             for (int r = threadIdx.x; r < BLOCK_M; r += THREADS) {
-                sh.lse2[r] = r < rows ? lse_head[q_start + r] * LOG2E : 0.0f;
+                const float residual = r < rows && t.lse_residual ? t.lse_residual[bh * S_q + q_start + r] : 0.0f;
+                lse_to_base2(r < rows ? lse_head[q_start + r] : 0.0f, residual, &sh.lse2_hi[r], &sh.lse2_lo[r]);
                 sh.delta[r] = r < rows ? delta_head[q_start + r] : 0.0f;
             }
             __syncthreads();
@@ -102,7 +104,7 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int
 #pragma unroll
                 for (int u = 0; u < DIMS_PER_THREAD; u++) {
                     const int d = RowSplit<D>::dim(part, u);
-                    s += sh.q[r][d] * k_j[u];      // S_ij / scale, this thread's share of the dims
+                    s = fmaf(sh.q[r][d], k_j[u], s);   // S_ij * LOG2E, summed as the forward summed it
                     dp += sh.dout[r][d] * v_j[u];  // dP_ij = dO_i . V_j
                 }
                 s = row_sum<THREADS_PER_ROW>(s);
@@ -110,13 +112,13 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int
                 // P_ij recomputed from the saved log-sum-exp. A masked key, or a thread past S_k, gets p = 0
                 // directly, never exp2 of an infinity.
                 const bool visible = key_valid && !(needs_mask && j > i);
-                const float p = visible ? exp2f(s * qk_scale - sh.lse2[r]) : 0.0f;
+                const float p = visible ? exp2f((s - sh.lse2_hi[r]) - sh.lse2_lo[r]) : 0.0f;
                 const float ds = p * (dp - sh.delta[r]);   // dS_ij = P_ij (dP_ij - Delta_i)
 #pragma unroll
                 for (int u = 0; u < DIMS_PER_THREAD; u++) {
                     const int d = RowSplit<D>::dim(part, u);
                     dv_j[u] += p * sh.dout[r][d];   // dV_j += P_ij dO_i
-                    dk_j[u] += ds * sh.q[r][d];     // dK_j += dS_ij Q_i  (times scale at the end)
+                    dk_j[u] += ds * sh.q[r][d];     // dK_j += dS_ij Q_i  (in units of qk_scale Q_i, see below)
                 }
                 if (ATOMIC_DQ && part == 0) sh.ds[r][c] = ds;
             }
@@ -143,14 +145,15 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int
             }
         }
 
-        // Each dK_j and dV_j is written exactly once, by the thread that owns key row j.
+        // Each dK_j and dV_j is written exactly once, by the thread that owns key row j. dk_j summed dS_ij times the
+        // staged qk_scale * Q_i, so dK_j = scale * sum_i dS_ij Q_i = (scale / qk_scale) * dk_j = LN2 * dk_j.
         if (key_valid) {
             float *dk_row = t.dk + b * t.dk_strides.b + h * t.dk_strides.h + j * t.dk_strides.s;
             float *dv_row = t.dv + b * t.dv_strides.b + h * t.dv_strides.h + j * t.dv_strides.s;
 #pragma unroll
             for (int u = 0; u < DIMS_PER_THREAD; u++) {
                 const int d = RowSplit<D>::dim(part, u);
-                dk_row[d * t.dk_strides.d] = scale * dk_j[u];
+                dk_row[d * t.dk_strides.d] = LN2 * dk_j[u];
                 dv_row[d * t.dv_strides.d] = dv_j[u];
             }
         }

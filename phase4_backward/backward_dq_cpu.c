@@ -14,7 +14,7 @@
 
 #include <stdlib.h>
 
-#define LOG2E 1.4426950408889634f   // exp(x) = exp2(x * LOG2E): one cheap 2^x (fa_exp2) per probability
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 #define VEC 16                      // floats per step of the inner loops (see backward_dkdv_cpu.c)
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -22,17 +22,18 @@ static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; 
 // One thread's working memory: the CPU's stand-in for a CUDA block's shared memory and its threads' registers.
 typedef struct {
     int64_t N_pad, D_pad;         // BLOCK_N and D rounded up to a multiple of VEC
-    float *q_tile, *do_tile;      // [BLOCK_M, D]      Q_i and dO_i of each query row (registers on the GPU)
+    float *q_tile, *do_tile;      // [BLOCK_M, D_pad]  qk_scale Q_i and dO_i of each query row (registers on the GPU)
     float *dq_acc;                // [BLOCK_M, D_pad]  the dQ_i accumulators (registers)
-    float *lse2, *delta;          // [BLOCK_M]         LSE_i * LOG2E and Delta_i (registers)
-    float *k_t, *v_t;             // [D, N_pad]        the K and V tiles, transposed: the dot products run along j
+    float *lse2_hi, *lse2_lo;     // [BLOCK_M]         LSE_i * LOG2E = hi + lo (lse_to_base2, fa_math.h) (registers)
+    float *delta;                 // [BLOCK_M]         Delta_i (registers)
+    float *k_t, *v_t;             // [D_pad, N_pad]    the K and V tiles, transposed: the dot products run along j
     float *k_tile;                // [N_pad, D_pad]    the K tile as rows: the dQ update runs along d
     float *s, *dp;                // [N_pad]           one query row's S (then P) and dP (then dS) against the tile
 } dq_workspace;
 
 static int64_t workspace_floats(int64_t BLOCK_M, int64_t BLOCK_N, int64_t D) {
     const int64_t N_pad = round_up(BLOCK_N, VEC), D_pad = round_up(D, VEC);
-    return 2 * BLOCK_M * D + BLOCK_M * D_pad + 2 * BLOCK_M + 2 * D * N_pad + N_pad * D_pad + 2 * N_pad;
+    return 3 * BLOCK_M * D_pad + 3 * BLOCK_M + 2 * D_pad * N_pad + N_pad * D_pad + 2 * N_pad;
 }
 
 int64_t backward_dq_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -46,13 +47,14 @@ static dq_workspace workspace_alloc(int64_t BLOCK_M, int64_t BLOCK_N, int64_t D)
     const int64_t total = workspace_floats(BLOCK_M, BLOCK_N, D);
     float *next = fa_alloc_floats(total, "the tiles of one dQ program");
     for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // padding stays zero from here on
-    w.q_tile = next, next += BLOCK_M * D;
-    w.do_tile = next, next += BLOCK_M * D;
+    w.q_tile = next, next += BLOCK_M * w.D_pad;
+    w.do_tile = next, next += BLOCK_M * w.D_pad;
     w.dq_acc = next, next += BLOCK_M * w.D_pad;
-    w.lse2 = next, next += BLOCK_M;
+    w.lse2_hi = next, next += BLOCK_M;
+    w.lse2_lo = next, next += BLOCK_M;
     w.delta = next, next += BLOCK_M;
-    w.k_t = next, next += D * w.N_pad;
-    w.v_t = next, next += D * w.N_pad;
+    w.k_t = next, next += w.D_pad * w.N_pad;
+    w.v_t = next, next += w.D_pad * w.N_pad;
     w.k_tile = next, next += w.N_pad * w.D_pad;
     w.s = next, next += w.N_pad;
     w.dp = next;
@@ -82,14 +84,16 @@ void backward_dq_cpu(const fa_shape *shape, int block_m, int block_n, const back
                 const int64_t q_start = q_tile * BLOCK_M;
                 const int64_t rows = S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M;   // query rows in this tile
 
-                // Q_i, dO_i, LSE_i and Delta_i of every row, and zeroed accumulators.
+                // Q_i (times qk_scale, as the forward held it), dO_i, LSE_i and Delta_i of every row, and zeroed
+                // accumulators.
                 for (int64_t r = 0; r < rows; r++) {
                     for (int64_t d = 0; d < D; d++) {
-                        w.q_tile[r * D + d] = q_head[(q_start + r) * sq.s + d * sq.d];
-                        w.do_tile[r * D + d] = do_head[(q_start + r) * sdo.s + d * sdo.d];
+                        w.q_tile[r * D_pad + d] = q_head[(q_start + r) * sq.s + d * sq.d] * qk_scale;
+                        w.do_tile[r * D_pad + d] = do_head[(q_start + r) * sdo.s + d * sdo.d];
                     }
                     for (int64_t d = 0; d < D_pad; d++) w.dq_acc[r * D_pad + d] = 0.0f;
-                    w.lse2[r] = t->lse[bh * S_q + q_start + r] * LOG2E;
+                    const float residual = t->lse_residual ? t->lse_residual[bh * S_q + q_start + r] : 0.0f;
+                    lse_to_base2(t->lse[bh * S_q + q_start + r], residual, &w.lse2_hi[r], &w.lse2_lo[r]);
                     w.delta[r] = t->delta[bh * S_q + q_start + r];
                 }
 
@@ -115,27 +119,38 @@ void backward_dq_cpu(const fa_shape *shape, int block_m, int block_n, const back
 
                     for (int64_t r = 0; r < rows; r++) {   // query row i = q_start + r: one CUDA thread
                         const int64_t i = q_start + r;
-                        const float *q_i = w.q_tile + r * D, *do_i = w.do_tile + r * D;
-                        // 1. s_j = Q_i . K_j and dp_j = dO_i . V_j for every key of the tile, VEC keys at a time.
+                        const float *q_i = w.q_tile + r * D_pad, *do_i = w.do_tile + r * D_pad;
+                        // 1. s_j = S_ij * LOG2E = (qk_scale Q_i) . K_j, summed as the forward sums it (four parts, dim
+                        //    d in part d % 4, added in pairs: forward4d.h), and dp_j = dO_i . V_j in one sum, for every
+                        //    key of the tile, VEC keys at a time. The tiles are zero past D.
                         for (int64_t c0 = 0; c0 < N_pad; c0 += VEC) {
-                            float s_vec[VEC] = {0.0f}, dp_vec[VEC] = {0.0f};
-                            for (int64_t d = 0; d < D; d++) {
-                                const float q_d = q_i[d], do_d = do_i[d];
+                            float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};
+                            float dp_vec[VEC] = {0.0f};
+                            for (int64_t d = 0; d < D; d += 4) {
                                 const float *k_d = w.k_t + d * N_pad + c0, *v_d = w.v_t + d * N_pad + c0;
+                                const float q0 = q_i[d], q1 = q_i[d + 1], q2 = q_i[d + 2], q3 = q_i[d + 3];
 #pragma omp simd
                                 for (int cc = 0; cc < VEC; cc++) {
-                                    s_vec[cc] += q_d * k_d[cc];
-                                    dp_vec[cc] += do_d * v_d[cc];
+                                    s0[cc] += q0 * k_d[cc];
+                                    s1[cc] += q1 * k_d[N_pad + cc];
+                                    s2[cc] += q2 * k_d[2 * N_pad + cc];
+                                    s3[cc] += q3 * k_d[3 * N_pad + cc];
+                                }
+                                for (int e = 0; e < 4; e++) {
+                                    const float do_d = do_i[d + e];
+#pragma omp simd
+                                    for (int cc = 0; cc < VEC; cc++) dp_vec[cc] += do_d * v_d[e * N_pad + cc];
                                 }
                             }
 #pragma omp simd
-                            for (int cc = 0; cc < VEC; cc++) w.s[c0 + cc] = s_vec[cc], w.dp[c0 + cc] = dp_vec[cc];
+                            for (int cc = 0; cc < VEC; cc++)
+                                w.s[c0 + cc] = (s0[cc] + s1[cc]) + (s2[cc] + s3[cc]), w.dp[c0 + cc] = dp_vec[cc];
                         }
                         // 2. P_ij from the saved log-sum-exp, and dS_ij = P_ij (dP_ij - Delta_i); 0 where masked.
 #pragma omp simd
                         for (int64_t c = 0; c < N_pad; c++) {
                             const int visible = c < keys && !(needs_mask && kv_start + c > i);
-                            const float p = visible ? fa_exp2(w.s[c] * qk_scale - w.lse2[r]) : 0.0f;
+                            const float p = visible ? fa_exp2((w.s[c] - w.lse2_hi[r]) - w.lse2_lo[r]) : 0.0f;
                             w.dp[c] = p * (w.dp[c] - w.delta[r]);
                         }
                         // 3. dQ_i += sum_j dS_ij K_j, VEC dims at a time, kept in registers while j runs.

@@ -7,7 +7,7 @@
 //
 // The mapping: one thread per query row i (THREADS_PER_ROW threads when D > 16), with Q_i, dO_i, the accumulator
 // dQ_i, LSE_i and Delta_i in registers; the K/V tiles pass through shared memory one after the other:
-//   s = Q_i . K_j,  p = exp2(s * qk_scale - LSE_i * LOG2E),  dp = dO_i . V_j,  ds = p (dp - Delta_i),  dQ_i += ds K_j
+//   s = (qk_scale Q_i) . K_j,  p = exp2(s - LSE_i * LOG2E),  dp = dO_i . V_j,  ds = p (dp - Delta_i),  dQ_i += ds K_j
 // Every dQ_i is summed by one thread in a fixed order, so two runs give the same bits.
 #include "backward.h"
 #include "backward_cuda.cuh"
@@ -57,11 +57,13 @@ backward_dq_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64
 #pragma unroll
         for (int u = 0; u < DIMS_PER_THREAD; u++) {
             const int d = RowSplit<D>::dim(part, u);
-            q_i[u] = query_valid ? q_row[d * t.q_strides.d] : 0.0f;
+            q_i[u] = query_valid ? q_row[d * t.q_strides.d] * qk_scale : 0.0f;   // as the forward held it
             do_i[u] = query_valid ? do_row[d * t.do_strides.d] : 0.0f;
             dq_i[u] = 0.0f;
         }
-        const float lse2_i = query_valid ? t.lse[bh * S_q + i] * LOG2E : 0.0f;
+        float lse2_hi, lse2_lo;   // LSE_i * LOG2E (lse_to_base2 in fa_math.h)
+        const float residual = query_valid && t.lse_residual ? t.lse_residual[bh * S_q + i] : 0.0f;
+        lse_to_base2(query_valid ? t.lse[bh * S_q + i] : 0.0f, residual, &lse2_hi, &lse2_lo);
         const float delta_i = query_valid ? t.delta[bh * S_q + i] : 0.0f;
 
         for (int64_t kv_tile = 0; kv_tile < end_kv_tile; kv_tile++) {
@@ -85,13 +87,13 @@ backward_dq_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64
 #pragma unroll
                 for (int u = 0; u < DIMS_PER_THREAD; u++) {
                     const int d = RowSplit<D>::dim(part, u);
-                    s += q_i[u] * sh.k[c][d];
+                    s = fmaf(q_i[u], sh.k[c][d], s);   // S_ij * LOG2E, summed as the forward summed it
                     dp += do_i[u] * sh.v[c][d];
                 }
                 s = row_sum<THREADS_PER_ROW>(s);
                 dp = row_sum<THREADS_PER_ROW>(dp);
                 const bool visible = query_valid && !(needs_mask && j > i);
-                const float p = visible ? exp2f(s * qk_scale - lse2_i) : 0.0f;
+                const float p = visible ? exp2f((s - lse2_hi) - lse2_lo) : 0.0f;
                 const float ds = p * (dp - delta_i);
 #pragma unroll
                 for (int u = 0; u < DIMS_PER_THREAD; u++) dq_i[u] += ds * sh.k[c][RowSplit<D>::dim(part, u)];

@@ -9,6 +9,7 @@
 #include "fa_gpu.h"
 #include "fa_tensor.h"
 #include "forward4d.h"
+#include "naive.h"
 #include "naive_backward.h"
 
 #include <stdio.h>
@@ -36,13 +37,19 @@ static const fa_cli_spec SPEC = {
 #define FORWARD_LABEL "forward (phase 3 step 3)"
 #define DET_LABEL "backward det"
 #define ATOMIC_LABEL "backward atomic"
+#define NAIVE_FORWARD_LABEL "naive forward"
 #define NAIVE_LABEL "naive backward"
+
+// FlashAttention's rule: on the same inputs, a result's error is at most this many times the error of standard
+// attention at the same precision (phase 1's naive forward and backward, run first), measured in the same run.
+#define FORWARD_ERROR_FACTOR 2.0
+#define BACKWARD_ERROR_FACTOR 3.0
 
 typedef struct {   // phase 3 step 3: O and LSE
     const fa_shape *shape;
     int block_m, block_n;
     const float *q, *k, *v;
-    float *o, *lse;
+    float *o, *lse, *lse_residual;
 } forward_args;
 
 typedef struct {   // the FlashAttention backward, one dQ variant
@@ -51,17 +58,23 @@ typedef struct {   // the FlashAttention backward, one dQ variant
     backward_tensors t;
 } backward_args;
 
-typedef struct {   // phase 1's naive backward: P and dP/dS materialised
+typedef struct {   // phase 1's naive forward: S and P materialised
     const fa_shape *shape;
-    const float *q, *k, *v, *o, *lse, *dout;
-    float *probs, *dscores, *dq, *dk, *dv;
+    const float *q, *k, *v;
+    float *scores, *probs, *o, *lse;
+} naive_forward_args;
+
+typedef struct {   // phase 1's naive backward, from the P its forward kept: dP/dS materialised
+    const fa_shape *shape;
+    const float *q, *k, *v, *o, *probs, *dout;
+    float *dscores, *dq, *dk, *dv;
 } naive_args;
 
 static void run_forward_cpu(void *p) {
     forward_args *a = p;
     const fa_shape *s = a->shape;
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, NULL);
+    flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, a->lse_residual, NULL);
 }
 
 static void run_backward_cpu(void *p) {
@@ -69,9 +82,14 @@ static void run_backward_cpu(void *p) {
     flash_backward_cpu(a->shape, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
 
+static void run_naive_forward_cpu(void *p) {
+    naive_forward_args *a = p;
+    naive_attention_cpu(a->shape, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse);
+}
+
 static void run_naive_cpu(void *p) {
     naive_args *a = p;
-    naive_backward_cpu(a->shape, a->q, a->k, a->v, a->o, a->lse, a->dout, a->probs, a->dscores, a->dq, a->dk, a->dv);
+    naive_backward_cpu(a->shape, a->q, a->k, a->v, a->o, a->probs, a->dout, a->dscores, a->dq, a->dk, a->dv);
 }
 
 #if FA_HAVE_CUDA
@@ -79,7 +97,7 @@ static void run_forward_cuda(void *p) {
     forward_args *a = p;
     const fa_shape *s = a->shape;
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse);
+    flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, a->lse_residual);
 }
 
 static void run_backward_cuda(void *p) {
@@ -87,9 +105,14 @@ static void run_backward_cuda(void *p) {
     flash_backward_cuda(a->shape, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
 
+static void run_naive_forward_cuda(void *p) {
+    naive_forward_args *a = p;
+    naive_attention_cuda(a->shape, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse);
+}
+
 static void run_naive_cuda(void *p) {
     naive_args *a = p;
-    naive_backward_cuda(a->shape, a->q, a->k, a->v, a->o, a->lse, a->dout, a->probs, a->dscores, a->dq, a->dk, a->dv);
+    naive_backward_cuda(a->shape, a->q, a->k, a->v, a->o, a->probs, a->dout, a->dscores, a->dq, a->dk, a->dv);
 }
 #endif
 
@@ -98,24 +121,36 @@ typedef struct {
     float *dq, *dk, *dv;
 } grads;
 
-// Sets impl->outputs to dQ, dK, dV, checked against the backward oracle.
+// Sets impl->outputs to dQ, dK, dV, checked against the backward oracle, and, when reference_label is not NULL,
+// against the error of the naive backward's rows of that label.
 static void backward_outputs(fa_implementation *impl, const fa_shape *s, const fa_reference *ref, grads host,
-                             grads device) {
+                             grads device, const char *reference_label) {
     impl->n_outputs = 3;
-    impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, ref->tol_backward};
-    impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, ref->tol_backward};
-    impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, ref->tol_backward};
+    impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, ref->tol_backward, ref->scale.dq,
+                                   reference_label, BACKWARD_ERROR_FACTOR};
+    impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, ref->tol_backward, ref->scale.dk,
+                                   reference_label, BACKWARD_ERROR_FACTOR};
+    impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, ref->tol_backward, ref->scale.dv,
+                                   reference_label, BACKWARD_ERROR_FACTOR};
     fa_dims_q(s, impl->outputs[0].dims);
     fa_dims_kv(s, impl->outputs[1].dims);
     fa_dims_kv(s, impl->outputs[2].dims);
 }
 
+// The forward's O and LSE are also held to FlashAttention's rule against the naive forward's rows of that label.
+static void compare_with_naive(fa_implementation *impl, const char *reference_label) {
+    for (int i = 0; i < impl->n_outputs; i++) {
+        impl->outputs[i].reference_label = reference_label;
+        impl->outputs[i].reference_factor = FORWARD_ERROR_FACTOR;
+    }
+}
+
 // The backward's tensors on contiguous [B, H, S, D] buffers.
 static backward_tensors contiguous_tensors(const fa_shape *s, const float *q, const float *k, const float *v,
-                                           const float *o, const float *lse, const float *dout, float *delta,
-                                           grads g) {
+                                           const float *o, const float *lse, const float *lse_residual,
+                                           const float *dout, float *delta, grads g) {
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk};
+    backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk, lse_residual};
     return t;
 }
 
@@ -142,7 +177,7 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
 #if FA_HAVE_CUDA
         if (is_cuda) impl.run = run_backward_cuda;
 #endif
-        backward_outputs(&impl, s, ref, host, device);
+        backward_outputs(&impl, s, ref, host, device, is_cuda ? NAIVE_LABEL " cuda" : NAIVE_LABEL " cpu");
         fa_check_and_time(report, opt, ref, &impl);
     }
 }
@@ -191,6 +226,8 @@ int main(int argc, char **argv) {
     fa_make_reference(&opt, &in, 1, &ref);
     const int64_t n_q = fa_numel_q(shape), n_kv = fa_numel_kv(shape), n_lse = fa_numel_lse(shape);
     float *o = fa_alloc_floats(n_q, "O"), *lse = fa_alloc_floats(n_lse, "LSE");
+    float *lse_residual = fa_alloc_floats(n_lse, "LSE residual");
+    float *naive_o = fa_alloc_floats(n_q, "naive O"), *naive_lse = fa_alloc_floats(n_lse, "naive LSE");
     grads host = {fa_alloc_floats(n_q, "dQ"), fa_alloc_floats(n_kv, "dK"), fa_alloc_floats(n_kv, "dV")};
     const grads no_device = {NULL, NULL, NULL};
     // The naive backward's P and dP/dS: the O(S^2) memory the FlashAttention backward does without. Counted in double
@@ -202,31 +239,45 @@ int main(int argc, char **argv) {
     fa_format_bytes(naive_bytes, naive_size, sizeof naive_size);
 
     if (opt.impl & FA_IMPL_CPU) {
-        forward_args fwd = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, o, lse};
+        // Standard attention first: its forward keeps P (and S, in the buffer dP/dS takes over next), its backward
+        // starts from that P, and the errors of both are what the flash rows below are held to.
+        float *probs, *dscores;
+        const int have_naive = fa_try_alloc_floats_pair(n_scores, &probs, &dscores) == 0;
+        if (have_naive) {
+            naive_forward_args nf = {shape, in.q, in.k, in.v, dscores, probs, naive_o, naive_lse};
+            fa_implementation naive_forward = {.label = NAIVE_FORWARD_LABEL, .run = run_naive_forward_cpu,
+                                               .ctx = &nf, .flops = fa_flops_forward(shape),
+                                               .extra_bytes = (int64_t)naive_bytes, .extra_what = "S, P",
+                                               .causal = shape->causal};
+            fa_forward_outputs(&naive_forward, shape, &ref, naive_o, NULL, naive_lse, NULL);
+            fa_check_and_time(&report, &opt, &ref, &naive_forward);   // leaves P in probs, O in naive_o
+        } else {
+            fa_report_add_note(&report, "naive forward and backward cpu skipped: S/dS and P need %s", naive_size);
+        }
+
+        forward_args fwd = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, o, lse, lse_residual};
         fa_implementation forward = {
             .label = FORWARD_LABEL, .run = run_forward_cpu, .ctx = &fwd, .flops = fa_flops_forward(shape),
             .extra_bytes = opt.threads * flash_forward_lse_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
             .extra_what = "per-thread tiles", .block_m = opt.block_m, .block_n = opt.block_n,
             .causal = shape->causal};
         fa_forward_outputs(&forward, shape, &ref, o, NULL, lse, NULL);
+        compare_with_naive(&forward, NAIVE_FORWARD_LABEL " cpu");
         fa_check_and_time(&report, &opt, &ref, &forward);   // leaves O and LSE in o, lse for the backward
 
-        float *probs, *dscores;
-        if (fa_try_alloc_floats_pair(n_scores, &probs, &dscores) == 0) {
-            naive_args args = {shape, in.q, in.k, in.v, o, lse, in.dout, probs, dscores, host.dq, host.dk, host.dv};
+        if (have_naive) {
+            naive_args args = {shape, in.q, in.k, in.v, naive_o, probs, in.dout, dscores, host.dq, host.dk, host.dv};
             fa_implementation naive = {.label = NAIVE_LABEL, .run = run_naive_cpu, .ctx = &args,
                                        .flops = fa_flops_backward(shape), .extra_bytes = (int64_t)naive_bytes,
                                        .extra_what = "P, dP/dS", .causal = shape->causal};
-            backward_outputs(&naive, shape, &ref, host, no_device);
+            backward_outputs(&naive, shape, &ref, host, no_device, NULL);
             fa_check_and_time(&report, &opt, &ref, &naive);
-        } else {
-            fa_report_add_note(&report, "naive backward cpu skipped: its P and dP/dS need %s", naive_size);
         }
         free(probs);
         free(dscores);
 
         float *delta = fa_alloc_floats(n_lse, "Delta");
-        backward_tensors t = contiguous_tensors(shape, in.q, in.k, in.v, o, lse, in.dout, delta, host);
+        backward_tensors t = contiguous_tensors(shape, in.q, in.k, in.v, o, lse, lse_residual, in.dout, delta, host);
         check_and_time_backward(&report, &opt, &ref, 0, t, host, no_device, 0.0);
         free(delta);
         add_ratio_note(&report, "cpu", opt.threads);
@@ -237,10 +288,11 @@ int main(int argc, char **argv) {
         fa_device_inputs dev;
         fa_upload_inputs(&opt, &in, &dev);
         float *o_dev = fa_gpu_alloc(n_q, "O"), *lse_dev = fa_gpu_alloc(n_lse, "LSE");
+        float *residual_dev = fa_gpu_alloc(n_lse, "LSE residual");
         float *delta_dev = fa_gpu_alloc(n_lse, "Delta");
         grads device = {fa_gpu_alloc(n_q, "dQ"), fa_gpu_alloc(n_kv, "dK"), fa_gpu_alloc(n_kv, "dV")};
 
-        forward_args fwd = {shape, opt.block_m, opt.block_n, dev.q, dev.k, dev.v, o_dev, lse_dev};
+        forward_args fwd = {shape, opt.block_m, opt.block_n, dev.q, dev.k, dev.v, o_dev, lse_dev, residual_dev};
         if (!flash4d_cuda_supports_tiles(opt.block_m, opt.block_n)) {
             fwd.block_m = FORWARD_CUDA_BLOCK_M, fwd.block_n = FORWARD_CUDA_BLOCK_N;
             fa_report_add_note(&report, "forward cuda ran with %dx%d tiles: phase 3's CUDA kernels have no %dx%d",
@@ -250,34 +302,53 @@ int main(int argc, char **argv) {
                                      .flops = fa_flops_forward(shape), .extra_what = "tiles in shared memory",
                                      .block_m = fwd.block_m, .block_n = fwd.block_n, .causal = shape->causal,
                                      .upload_ms = dev.upload_ms};
-        fa_forward_outputs(&forward, shape, &ref, o, o_dev, lse, lse_dev);
-        fa_check_and_time(&report, &opt, &ref, &forward);
 
+        // Standard attention first, as on the CPU.
         float *probs = n_scores ? fa_gpu_try_alloc(n_scores) : NULL;
         float *dscores = probs ? fa_gpu_try_alloc(n_scores) : NULL;
+        float *naive_o_dev = dscores ? fa_gpu_alloc(n_q, "naive O") : NULL;
+        float *naive_lse_dev = dscores ? fa_gpu_alloc(n_lse, "naive LSE") : NULL;
         if (dscores) {
-            naive_args args = {shape, dev.q, dev.k, dev.v, o_dev, lse_dev, dev.dout, probs, dscores,
+            naive_forward_args nf = {shape, dev.q, dev.k, dev.v, dscores, probs, naive_o_dev, naive_lse_dev};
+            fa_implementation naive_forward = {.label = NAIVE_FORWARD_LABEL, .is_cuda = 1,
+                                               .run = run_naive_forward_cuda, .ctx = &nf,
+                                               .flops = fa_flops_forward(shape), .extra_bytes = (int64_t)naive_bytes,
+                                               .extra_what = "S, P", .causal = shape->causal,
+                                               .upload_ms = dev.upload_ms};
+            fa_forward_outputs(&naive_forward, shape, &ref, naive_o, naive_o_dev, naive_lse, naive_lse_dev);
+            fa_check_and_time(&report, &opt, &ref, &naive_forward);
+        } else {
+            fa_report_add_note(&report, "naive forward and backward cuda skipped: S/dS and P need %s of GPU memory",
+                               naive_size);
+        }
+
+        fa_forward_outputs(&forward, shape, &ref, o, o_dev, lse, lse_dev);
+        compare_with_naive(&forward, NAIVE_FORWARD_LABEL " cuda");
+        fa_check_and_time(&report, &opt, &ref, &forward);
+
+        if (dscores) {
+            naive_args args = {shape, dev.q, dev.k, dev.v, naive_o_dev, probs, dev.dout, dscores,
                                device.dq, device.dk, device.dv};
             fa_implementation naive = {.label = NAIVE_LABEL, .is_cuda = 1, .run = run_naive_cuda, .ctx = &args,
                                        .flops = fa_flops_backward(shape), .extra_bytes = (int64_t)naive_bytes,
                                        .extra_what = "P, dP/dS", .causal = shape->causal,
                                        .upload_ms = dev.upload_ms};
-            backward_outputs(&naive, shape, &ref, host, device);
+            backward_outputs(&naive, shape, &ref, host, device, NULL);
             fa_check_and_time(&report, &opt, &ref, &naive);
-        } else {
-            fa_report_add_note(&report, "naive backward cuda skipped: its P and dP/dS need %s of GPU memory",
-                               naive_size);
         }
         if (probs) fa_gpu_free(probs);
         if (dscores) fa_gpu_free(dscores);
+        if (naive_o_dev) fa_gpu_free(naive_o_dev);
+        if (naive_lse_dev) fa_gpu_free(naive_lse_dev);
 
         backward_tensors t =
-            contiguous_tensors(shape, dev.q, dev.k, dev.v, o_dev, lse_dev, dev.dout, delta_dev, device);
+            contiguous_tensors(shape, dev.q, dev.k, dev.v, o_dev, lse_dev, residual_dev, dev.dout, delta_dev, device);
         check_and_time_backward(&report, &opt, &ref, 1, t, host, device, dev.upload_ms);
         add_ratio_note(&report, "cuda", 0);
 
         fa_gpu_free(o_dev);
         fa_gpu_free(lse_dev);
+        fa_gpu_free(residual_dev);
         fa_gpu_free(delta_dev);
         fa_gpu_free(device.dq);
         fa_gpu_free(device.dk);
@@ -291,6 +362,9 @@ int main(int argc, char **argv) {
     int status = fa_finish(&report, &opt);
     free(o);
     free(lse);
+    free(naive_o);
+    free(naive_lse);
+    free(lse_residual);
     free(host.dq);
     free(host.dk);
     free(host.dv);

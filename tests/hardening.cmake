@@ -260,10 +260,10 @@ function(fa_add_backward_hardening_suite prefix binary)
     set(${c}_causal ${pass})
   endforeach()
   # Equal keys: dQ_i = scale * K_0 * sum_j dS_ij = 0 exactly (sum_j dS_ij = dO_i . O_i - Delta_i = 0). The oracle's
-  # dQ is 0 to within 1e-17, the kernels' float32 sums leave about 3e-8: correct, but a relative error against a zero
-  # tensor is meaningless (rel err 6e8, the check fails). The run exits 1 on that alone; dQ must stay within 1e-6.
-  set(equal_k_plain O/PASS LSE/PASS dQ/ABS/1e-6 dK/PASS dV/PASS)
-  set(equal_k_causal ${equal_k_plain})
+  # dQ is 0 to within 1e-17, the kernels' float32 sums leave about 3e-8: correct, and the check, which measures the
+  # error against the size of the terms summed (fa_verify_results_scaled), passes it.
+  set(equal_k_plain ${pass})
+  set(equal_k_causal ${pass})
   set(neginf_k_plain O/PASS LSE/PASS dQ/${h},0,3/16/16 dK/PASS dV/PASS)
   set(neginf_k_causal O/PASS LSE/PASS dQ/${h},[0-9]+,3/11/16 dK/PASS dV/PASS)
   set(nan_q_plain O/${h},5,0/16/16 LSE/${h},5,0/1/1 dQ/${h},5,0/16/16 dK/${h},0,0/256/256 dV/${h},0,0/256/256)
@@ -295,6 +295,13 @@ function(fa_add_backward_hardening_suite prefix binary)
       list(POP_FRONT parts name causal)
       if(name MATCHES "Sq1100000")
         continue()   # the naive backward's P and dS would be fine, but the oracle's backward takes minutes there
+      endif()
+      if(name MATCHES "scale1e3")
+        # Logits of thousands: every row of P is one-hot but for near-ties, and which of two nearly tied keys gets
+        # the weight is decided by rounding, in the naive reference as in the flash kernels. Their max errors then
+        # differ by luck, and phase 4 holds the flash rows to FlashAttention's ratio rule against the naive ones.
+        # Phases 1-3 keep these cases; --scale 20 (logits of about 100) is where phase 4's rule is tested.
+        continue()
       endif()
       set(flags --B 1 --H 2 ${parts} ${S_EXTRA})
       if(causal)

@@ -214,7 +214,8 @@ static void test_oracle_hand(void) {
     s.causal = 0;
     const double dout[2] = {1.0, 0.0};
     double dq[2], dk[2], dv[2];
-    fa_oracle_backward(&s, q, k, v, dout, NULL, dq, dk, dv);
+    fa_oracle_forward(&s, q, k, v, NULL, o, lse);
+    fa_oracle_backward(&s, q, k, v, dout, o, lse, NULL, dq, dk, dv);
     EXPECT(fabs(dv[0] - 0.25) < 1e-14 && fabs(dv[1] - 0.75) < 1e-14);
     EXPECT(fabs(dq[0] - 0.75 * log(3.0)) < 1e-14 && fabs(dq[1]) < 1e-14);
     EXPECT(fabs(dk[0] + 0.75) < 1e-14 && fabs(dk[1] - 0.75) < 1e-14);
@@ -262,6 +263,7 @@ static void test_oracle_gradcheck(void) {
             double *q = malloc(nq * sizeof(double)), *k = malloc(nk * sizeof(double)), *v = malloc(nk * sizeof(double));
             double *dout = malloc(nq * sizeof(double));
             double *dq = malloc(nq * sizeof(double)), *dk = malloc(nk * sizeof(double)), *dv = malloc(nk * sizeof(double));
+            double *o = malloc(nq * sizeof(double)), *lse = malloc(s.B * s.H * s.Sq * sizeof(double));
             fa_fill_random(tmp, nq, 11, 1, 1.5f);
             for (int64_t i = 0; i < nq; i++) q[i] = tmp[i];
             fa_fill_random(tmp, nq, 11, 4, 1.0f);
@@ -270,7 +272,8 @@ static void test_oracle_gradcheck(void) {
             for (int64_t i = 0; i < nk; i++) k[i] = tmp[i];
             fa_fill_random(tmp, nk, 11, 3, 1.0f);
             for (int64_t i = 0; i < nk; i++) v[i] = tmp[i];
-            fa_oracle_backward(&s, q, k, v, dout, NULL, dq, dk, dv);
+            fa_oracle_forward(&s, q, k, v, NULL, o, lse);
+            fa_oracle_backward(&s, q, k, v, dout, o, lse, NULL, dq, dk, dv);
             double eq = max_fd_error(&s, q, dq, nq, q, k, v, dout);
             double ek = max_fd_error(&s, k, dk, nk, q, k, v, dout);
             double ev = max_fd_error(&s, v, dv, nk, q, k, v, dout);
@@ -278,7 +281,7 @@ static void test_oracle_gradcheck(void) {
                    (long long)s.Sq, (long long)s.Sk, eq, ek, ev);
             // Central differences with h = 1e-6 in float64 are accurate to about 1e-9 here.
             EXPECT(eq < 1e-7 && ek < 1e-7 && ev < 1e-7);
-            free(tmp); free(q); free(k); free(v); free(dout); free(dq); free(dk); free(dv);
+            free(tmp); free(q); free(k); free(v); free(dout); free(dq); free(dk); free(dv); free(o); free(lse);
         }
     }
 }

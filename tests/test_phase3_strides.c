@@ -67,7 +67,7 @@ static void run_step(int on_gpu, int step, const fa_shape *shape, const layout *
         if (step == 2) flash_forward_causal_cpu(shape, BLOCK_M, BLOCK_N, q_buf, L->q_s, k_buf, L->k_s, v_buf, L->v_s,
                                                 o_buf, L->o_s, NULL);
         if (step == 3) flash_forward_lse_cpu(shape, BLOCK_M, BLOCK_N, q_buf, L->q_s, k_buf, L->k_s, v_buf, L->v_s,
-                                             o_buf, L->o_s, lse, NULL);
+                                             o_buf, L->o_s, lse, NULL, NULL);
         return;
     }
 #if FA_HAVE_CUDA
@@ -81,7 +81,7 @@ static void run_step(int on_gpu, int step, const fa_shape *shape, const layout *
     if (step == 1) flash_forward_grid4d_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s);
     if (step == 2) flash_forward_causal_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s);
     if (step == 3)
-        flash_forward_lse_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s, l);
+        flash_forward_lse_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s, l, NULL);
     fa_gpu_synchronize("phase 3 strides test");
     fa_gpu_download(o_buf, o, L->o_n);
     fa_gpu_download(lse, l, B * H * S_Q);

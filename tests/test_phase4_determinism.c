@@ -59,7 +59,7 @@ static problem make_problem(fa_shape s, uint64_t seed) {
     double *o = fa_alloc_doubles(nq, "O"), *lse = fa_alloc_doubles(nl, "LSE");
     p.dq = fa_alloc_doubles(nq, "dQ"), p.dk = fa_alloc_doubles(nk, "dK"), p.dv = fa_alloc_doubles(nk, "dV");
     fa_oracle_forward(&s, q, k, v, NULL, o, lse);
-    fa_oracle_backward(&s, q, k, v, dout, NULL, p.dq, p.dk, p.dv);
+    fa_oracle_backward(&s, q, k, v, dout, o, lse, NULL, p.dq, p.dk, p.dv);
     p.o = to_float(o, nq);
     p.lse = to_float(lse, nl);
     free(q), free(k), free(v), free(dout), free(o), free(lse);
