@@ -1,5 +1,6 @@
 // fa_cli.c - the shared command line.
 #include "fa_cli.h"
+#include "fa_npy.h"
 #include "fa_tensor.h"
 
 #include <errno.h>
@@ -29,6 +30,31 @@ static const struct option LONG_OPTIONS[] = {
     {"check-heads", required_argument, 0, OPT_CHECK_HEADS},
     {"step", required_argument, 0, OPT_STEP},     {"dq", required_argument, 0, OPT_DQ},
     {"help", no_argument, 0, OPT_HELP},           {0, 0, 0, 0}};
+
+// --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
+// size also given as a flag must agree with the files (the flag's value is the one -1 marks as not given).
+static void take_size(const char *flag, int64_t *given, int64_t from_file, const char *file, const char *dir) {
+    if (*given != -1 && *given != from_file)
+        fa_die("%s %lld contradicts %s/%s, which holds %lld", flag, (long long)*given, dir, file, (long long)from_file);
+    *given = from_file;
+}
+
+static void shape_from_files(const char *dir, int64_t *B, int64_t *H, int64_t *Sq, int64_t *Sk, int64_t *D) {
+    char path[4096], err[600];
+    fa_npy_header q, k;
+    snprintf(path, sizeof path, "%s/q.npy", dir);
+    if (fa_npy_read_header(path, &q, err, sizeof err) != 0) fa_die("%s", err);
+    snprintf(path, sizeof path, "%s/k.npy", dir);
+    if (fa_npy_read_header(path, &k, err, sizeof err) != 0) fa_die("%s", err);
+    if (q.ndim != 4 || k.ndim != 4)
+        fa_die("--load-dir %s: q.npy and k.npy must be [B, H, S, D] arrays (they have %d and %d dimensions)", dir,
+               q.ndim, k.ndim);
+    take_size("--B", B, q.shape[0], "q.npy", dir);
+    take_size("--H", H, q.shape[1], "q.npy", dir);
+    take_size("--Sq", Sq, q.shape[2], "q.npy", dir);
+    take_size("--D", D, q.shape[3], "q.npy", dir);
+    take_size("--Sk", Sk, k.shape[2], "k.npy", dir);
+}
 
 static void print_help(const fa_cli_spec *spec) {
     const fa_shape *d = &spec->defaults;
@@ -64,7 +90,7 @@ static void print_help(const fa_cli_spec *spec) {
     printf("  --iters N      timed runs; the table shows the median   (default 5; 0 = check only)\n");
     printf("  --check-heads N  heads the float64 oracle checks         (default: all that fit a time budget)\n");
     printf("  --save-dir DIR write inputs and outputs as .npy files (NumPy loads them as they are)\n");
-    printf("  --load-dir DIR read the inputs from .npy files written by --save-dir\n");
+    printf("  --load-dir DIR read the inputs, and so the shape, from .npy files written by --save-dir\n");
     printf("  --csv FILE     append one row per timed run to FILE\n");
     printf("  --help         this text\n");
     printf("\nExit status: 0 all checks passed, 1 a check failed, 2 bad input, 3 GPU error, 77 GPU asked for but absent.\n");
@@ -102,7 +128,7 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
     opt->argc = argc;
     opt->argv = argv;
     double scale = 0.0;
-    int64_t B = -1, H = -1;
+    int64_t B = -1, H = -1, Sq = -1, Sk = -1, D = -1;   // -1: not given on the command line
     const int64_t BIG = INT64_C(1) << 40;   // larger sizes are refused by fa_shape_validate with a clearer message
 
     opterr = 0;   // we print our own one-line errors
@@ -112,10 +138,10 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
         switch (c) {
         case OPT_B: B = parse_int("--B", optarg, INT64_MIN, BIG); break;
         case OPT_H: H = parse_int("--H", optarg, INT64_MIN, BIG); break;
-        case OPT_SQ: opt->shape.Sq = parse_int("--Sq", optarg, INT64_MIN, BIG); break;
-        case OPT_SK: opt->shape.Sk = parse_int("--Sk", optarg, INT64_MIN, BIG); break;
-        case OPT_S: opt->shape.Sq = opt->shape.Sk = parse_int("--S", optarg, INT64_MIN, BIG); break;
-        case OPT_D: opt->shape.D = parse_int("--D", optarg, INT64_MIN, BIG); break;
+        case OPT_SQ: Sq = parse_int("--Sq", optarg, INT64_MIN, BIG); break;
+        case OPT_SK: Sk = parse_int("--Sk", optarg, INT64_MIN, BIG); break;
+        case OPT_S: Sq = Sk = parse_int("--S", optarg, INT64_MIN, BIG); break;
+        case OPT_D: D = parse_int("--D", optarg, INT64_MIN, BIG); break;
         case OPT_CAUSAL:
             if (spec->two_d) fa_die("--causal is not part of %s (phase 3 adds it)", spec->program);
             opt->shape.causal = 1;
@@ -166,12 +192,14 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
     }
     if (optind < argc) fa_die("unexpected argument '%s' (see --help)", argv[optind]);
 
-    if (B != -1 || H != -1) {
-        if (spec->two_d && (B != -1 && B != 1)) fa_die("%s works on one [N, d] head: --B must be 1", spec->program);
-        if (spec->two_d && (H != -1 && H != 1)) fa_die("%s works on one [N, d] head: --H must be 1", spec->program);
-        if (B != -1) opt->shape.B = B;
-        if (H != -1) opt->shape.H = H;
-    }
+    if (opt->load_dir) shape_from_files(opt->load_dir, &B, &H, &Sq, &Sk, &D);
+    if (spec->two_d && (B != -1 && B != 1)) fa_die("%s works on one [N, d] head: --B must be 1", spec->program);
+    if (spec->two_d && (H != -1 && H != 1)) fa_die("%s works on one [N, d] head: --H must be 1", spec->program);
+    if (B != -1) opt->shape.B = B;
+    if (H != -1) opt->shape.H = H;
+    if (Sq != -1) opt->shape.Sq = Sq;
+    if (Sk != -1) opt->shape.Sk = Sk;
+    if (D != -1) opt->shape.D = D;
     // Validate the sizes before using D for the default scale.
     opt->shape.scale = 1.0f;
     char err[256];

@@ -103,7 +103,8 @@ int fa_npy_parse_header(const unsigned char *buf, size_t len, fa_npy_header *h, 
     return 0;
 }
 
-float *fa_npy_load_f32(const char *path, int ndim, const int64_t *shape, char *err, size_t err_len) {
+// Opens path and parses its header; returns the open file (at an unspecified position), or NULL with err set.
+static FILE *open_and_parse(const char *path, fa_npy_header *h, char *err, size_t err_len) {
     char why[200];
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -117,12 +118,25 @@ float *fa_npy_load_f32(const char *path, int ndim, const int64_t *shape, char *e
         fclose(f);
         return NULL;
     }
-    fa_npy_header h;
-    if (fa_npy_parse_header(head, got, &h, why, sizeof why) != 0) {
+    if (fa_npy_parse_header(head, got, h, why, sizeof why) != 0) {
         snprintf(err, err_len, "%s: %s", path, why);
         fclose(f);
         return NULL;
     }
+    return f;
+}
+
+int fa_npy_read_header(const char *path, fa_npy_header *h, char *err, size_t err_len) {
+    FILE *f = open_and_parse(path, h, err, err_len);
+    if (!f) return -1;
+    fclose(f);
+    return 0;
+}
+
+float *fa_npy_load_f32(const char *path, int ndim, const int64_t *shape, char *err, size_t err_len) {
+    fa_npy_header h;
+    FILE *f = open_and_parse(path, &h, err, err_len);
+    if (!f) return NULL;
     int same = h.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = h.shape[i] == shape[i];
     if (!same) {

@@ -26,6 +26,10 @@ typedef struct {
 // Parses the header at the start of buf[0..len). Returns 0, or -1 with a reason in err.
 int fa_npy_parse_header(const unsigned char *buf, size_t len, fa_npy_header *header, char *err, size_t err_len);
 
+// Reads and parses the header of the .npy file at path (its shape, without reading the data). Returns 0, or -1 with
+// a reason in err.
+int fa_npy_read_header(const char *path, fa_npy_header *header, char *err, size_t err_len);
+
 // Reads a float32 or float64 .npy file whose shape must equal shape[0..ndim) and returns it as float32
 // (a newly allocated array). Returns NULL with a reason in err when anything is wrong.
 float *fa_npy_load_f32(const char *path, int ndim, const int64_t *shape, char *err, size_t err_len);
