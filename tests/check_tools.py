@@ -16,9 +16,6 @@ import struct
 import subprocess
 import sys
 
-FIELDS = ["phase", "step", "impl", "threads", "B", "H", "Sq", "Sk", "D", "causal", "block_m", "block_n", "pass",
-          "status", "median_ms", "min_ms", "gflops", "flops", "extra_bytes", "copy_ms", "cpu_model", "gpu_name",
-          "commit"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("time", "gflops", "speedup", "memory", "causal")
 failures = []
@@ -46,11 +43,14 @@ def fresh(directory):
 
 
 def check_bench(tools, build, out):
+    sys.path.insert(0, tools)
+    from bench import FIELDS   # the tools' one list of the columns: it must be what the binaries write
+    FIELDS = list(FIELDS)
     fresh(out)
     proc = run([sys.executable, os.path.join(tools, "bench.py"), "--quick", "--cpu-only", "--phases", "1",
                 "--build", build, "--out", out])
     expect(proc.returncode == 0, f"bench.py --quick exited {proc.returncode}")
-    expect("[  4/4]" in proc.stdout and "left" in proc.stdout, "no progress line for each of the 4 configurations")
+    expect("[  4/4]" in proc.stdout and "elapsed" in proc.stdout, "no progress line for each of the 4 configurations")
     path = os.path.join(out, "results.csv")
     if not expect(os.path.exists(path), f"{path} was not written"):
         return
@@ -67,6 +67,9 @@ def check_bench(tools, build, out):
         where = f"row {r['step']} S={r['Sq']} causal={r['causal']} threads={r['threads']}"
         expect(r["phase"] == "phase1_naive" and r["impl"] == "cpu", f"{where}: phase/impl {r['phase']}/{r['impl']}")
         expect(r["status"] == "ok" and r["pass"] == "1", f"{where}: status {r['status']}, pass {r['pass']}")
+        expect(r["kind"] == "forward" and r["step"] == "naive", f"{where}: kind {r['kind']}, step {r['step']}")
+        expect(float(r["tolerance"]) > 0, f"{where}: tolerance {r['tolerance']}")
+        expect(r["cpu_simd_built"] != "" and int(r["cpu_cores"]) >= 1, f"{where}: SIMD or cores missing")
         B, H, S, D = (int(r[k]) for k in ("B", "H", "Sq", "D"))
         flops = 4.0 * B * H * S * S * D / (2 if r["causal"] == "1" else 1)
         median, low, gflops = float(r["median_ms"]), float(r["min_ms"]), float(r["gflops"])
@@ -80,6 +83,8 @@ def check_bench(tools, build, out):
         with open(summary) as f:
             text = f.read()
         expect("| phase1_naive | naive | no |" in text and "GFLOP/s" in text, "summary.md has no phase 1 table row")
+        expect("Measured on CPU: " in text and "command: `python3 tools/bench.py" in text,
+               "summary.md does not name the machine and the command before its tables")
 
 
 def png_size(path):
@@ -102,6 +107,7 @@ def check_plots(tools, fixture, out):
     script = os.path.join(tools, "plot_bench.py")
     proc = run([sys.executable, script, fixture, "--outdir", out, "--prefix", "test-"])
     expect(proc.returncode == 0, f"plot_bench.py exited {proc.returncode}")
+    expect("not plotted: phase2_online_softmax" in proc.stdout, "phase 2 (one head) was not left out of B=1 H=4 axes")
     for name in FIGURES:
         path = os.path.join(out, f"test-{name}.png")
         if not expect(os.path.exists(path), f"{path} was not written"):
