@@ -6,7 +6,7 @@
 #   2. run the whole test suite, GPU tests included (LOGDIR/ctest.log);
 #   3. run the GPU tests again under compute-sanitizer: memcheck, racecheck, initcheck and synccheck
 #      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
-#   4. run the benchmarks (make bench's sweep, and each phase at the shapes the issues quote: LOGDIR/headline.log).
+#   4. run the benchmarks (make bench's sweep, and each phase at the shapes the docs quote: LOGDIR/headline.log).
 # Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench");
 # FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
 # FA_SANITIZE_TEST_ARGS the sanitizer sweeps (default "-L gpu -LE big"; "-L gpu -L ^phase -LE big" still covers every
