@@ -25,8 +25,8 @@ What it checks, each failure reported as `file:line: what is wrong`:
    whole tree is read (every Markdown, C, CUDA, Python, shell and CMake file), whichever Markdown files are given.
 5. Measured numbers. A Markdown table of measured numbers (a unit such as ms, GFLOP/s, TFLOP/s or GB/s in its text)
    must name the machine it was measured on (a CPU or GPU model, e.g. "AMD EPYC", "H100") and the command that made
-   it (in backticks: `tools/headline.sh`, `build/bin/phase3_forward_4d --S 4096`, `make bench`, `python3 ...`) in
-   the few lines just before or just after it.
+   it (in backticks: `tools/headline.sh`, `build/bin/phase3_forward_4d --S 4096`, `make bench`, `python3 ...`; for
+   a published figure, the data sheet or whitepaper) in the few lines just before or just after it.
 
 Exit status: 0 when everything resolves, 1 when anything does not, 2 on a usage error.
 """
@@ -112,6 +112,7 @@ COMMAND_SPAN = re.compile(r"^(build[\w.\-]*/bin/\w+|tools/[\w.\-]+\.(sh|py)|make
                           r"phase\d_\w+( |$)|\.ci/run)")
 NUMBER_WITH_UNIT = re.compile(r"\d\s*(ms|µs|us|GFLOP/s|TFLOP/s|GFLOPS|TFLOPS|GB/s|TB/s|MB/s)(?![\w/])")
 NUMBER_CELL = re.compile(r"^[~≈]?\d[\d.,]*(\s*[-–/]\s*\d[\d.,]*)*\s*[x%]?$")
+DATA_SHEET = re.compile(r"\bdata ?sheet\b|\bwhitepaper\b", re.IGNORECASE)   # a published figure names its source
 CONTEXT_LINES = 4
 
 
@@ -442,9 +443,9 @@ class Checker:
                 context = [l[1] for l in lines[max(0, i - CONTEXT_LINES):i]] + [l[1] for l in lines[j:j + CONTEXT_LINES]]
                 words = " ".join(context)
                 spans = [m.group(2).strip() for m in CODE_SPAN.finditer(words)]
+                command = any(COMMAND_SPAN.match(s) for s in spans) or DATA_SHEET.search(words)
                 missing = [what for what, ok in (("the machine (a CPU or GPU model)", MACHINE_NAME.search(words)),
-                                                 ("the command (in backticks)",
-                                                  any(COMMAND_SPAN.match(s) for s in spans))) if not ok]
+                                                 ("the command (in backticks)", command)) if not ok]
                 if missing:
                     self.fail(doc, number, "a table of measured numbers must name %s in the %d lines before or "
                               "after it" % (" and ".join(missing), CONTEXT_LINES))
