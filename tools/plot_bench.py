@@ -55,6 +55,7 @@ class Row:
             self.median_ms, self.gflops = float(d["median_ms"]), float(d["gflops"])
             self.flops, self.extra = float(d["flops"]), float(d["extra_bytes"])
             self.cpu_model, self.gpu_name, self.commit = d["cpu_model"], d["gpu_name"], d["commit"]
+            self.simd, self.sms = d["cpu_simd_built"], d["gpu_sms"]
         except (KeyError, ValueError, TypeError) as e:
             fail(f"{where}: not a benchmark CSV row ({type(e).__name__}: {e})")
 
@@ -153,14 +154,15 @@ def order(series):
 
 
 def machine_line(rows, threads_note=True):
-    cpus = sorted({r.cpu_model for r in rows if r.impl == "cpu"})
-    gpus = sorted({r.gpu_name for r in rows if r.impl == "cuda" and r.gpu_name not in ("", "none")})
+    cpus = sorted({f"{r.cpu_model}, {r.simd} build" if r.simd else r.cpu_model for r in rows if r.impl == "cpu"})
+    gpus = sorted({f"{r.gpu_name}, {r.sms} SMs" if r.sms not in ("", "0") else r.gpu_name for r in rows
+                   if r.impl == "cuda" and r.phase != "pytorch" and r.gpu_name not in ("", "none")})
     threads = max((r.threads for r in rows if r.impl == "cpu"), default=0)
     parts = []
     if cpus:
-        parts.append(f"CPU: {', '.join(cpus)}" + (f" ({threads} threads)" if threads_note else ""))
+        parts.append(f"CPU: {'; '.join(cpus)}" + (f" ({threads} threads)" if threads_note else ""))
     if gpus:
-        parts.append(f"GPU: {', '.join(gpus)}")
+        parts.append(f"GPU: {'; '.join(gpus)}")
     commits = sorted({r.commit for r in rows if r.phase != "pytorch"})
     if commits:
         parts.append("commit " + ", ".join(commits))
