@@ -243,16 +243,13 @@ def gpu_present():
 
 
 def source_commit(repo):
+    """The source tree's commit, with "-dirty" when tracked files differ from it (None outside a git checkout)."""
     try:
-        out = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, timeout=30)
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
+        out = subprocess.run(["git", "-C", repo, "describe", "--always", "--dirty", "--abbrev=7"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 # ----------------------------------------------------------------------------------------------------------------------

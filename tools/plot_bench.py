@@ -21,6 +21,8 @@ import os
 import re
 import sys
 
+from bench import size
+
 INSTALL = "python3 -m pip install numpy matplotlib"
 
 
@@ -178,10 +180,7 @@ def shape_text(rows, D, causal=None):
 
 
 def bytes_label(value, _pos=None):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if value >= 10 or unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024.0
+    return size(value)
 
 
 def s_axis(ax, sizes):
