@@ -8,8 +8,8 @@
 #      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
 #   4. run the benchmarks (make bench's sweep, and each phase at the shapes the docs quote: LOGDIR/headline.log);
 #   5. publish: the figures of the sweep (tools/plot_bench.py) and the logs the docs quote, copied into docs/figures/
-#      under the GPU's model as prefix (h100-headline.log, h100-results.csv, h100-summary.md, h100-machine.log,
-#      h100-*.png), ready to commit beside the chapters that quote them.
+#      (or FA_PUBLISH_DIR) under the GPU's model as prefix (h100-headline.log, h100-results.csv, h100-summary.md,
+#      h100-machine.log, h100-*.png), ready to commit beside the chapters that quote them.
 # Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench
 # publish");
 # FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
@@ -85,7 +85,8 @@ gpu_model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head
             head -1 | tr 'A-Z' 'a-z')
 if want publish; then
     prefix=${gpu_model:-gpu}-
-    figures=docs/figures
+    figures=${FA_PUBLISH_DIR:-docs/figures}
+    mkdir -p "$figures"
     if [ -f "$LOGDIR/results.csv" ] && python3 tools/plot_bench.py "$LOGDIR/results.csv" --outdir "$figures" \
             --prefix "$prefix" > "$LOGDIR/plots.log" 2>&1; then
         for log in headline.log results.csv summary.md machine.log; do
