@@ -156,6 +156,11 @@ def check_npy(tools, build, out):
            f"a changed LSE element was not caught (exit {proc.returncode})")
     proc = run([sys.executable, script, "--check", os.path.join(out, "nothing-here"), "--reference", "numpy"])
     expect(proc.returncode == 2 and proc.stderr.startswith("error:"), f"a missing folder: exit {proc.returncode}")
+    # The tolerances come from the check block the binary saved beside its outputs: without it, one line and exit 2.
+    os.remove(os.path.join(save, "checks.csv"))
+    proc = run(check)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "checks.csv" in proc.stderr,
+           f"a save folder without checks.csv: exit {proc.returncode}")
 
     # The later phases' saved outputs against the same independent reference (where they are built): phase 4's
     # dQ, dK and dV too.
