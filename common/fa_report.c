@@ -106,13 +106,13 @@ const char *fa_cpu_simd_offered(void) {
     char flags[4096];
     cpuinfo_field("flags", flags, sizeof flags);
     if (!flags[0]) cpuinfo_field("Features", flags, sizeof flags);   // ARM
+    char padded[sizeof flags + 2];   // " flag1 flag2 ... ": every flag between two spaces, for a whole-word search
+    snprintf(padded, sizeof padded, " %s ", flags);
     static const char *const names[][2] = {{"sse2", "SSE2"}, {"avx2", "AVX2"}, {"fma", "FMA"},
                                            {"avx512f", "AVX-512F"}, {"asimd", "NEON"}, {"sve", "SVE"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char word[16];
         snprintf(word, sizeof word, " %s ", names[i][0]);
-        char padded[4200];
-        snprintf(padded, sizeof padded, " %s ", flags);
         if (!strstr(padded, word)) continue;
         size_t used = strlen(offered);
         snprintf(offered + used, sizeof offered - used, "%s%s", used ? " " : "", names[i][1]);
@@ -140,7 +140,7 @@ static void print_header(const fa_report *r) {
            (long long)s->B, (long long)s->H, (long long)s->Sq, (long long)s->Sk, (long long)s->D,
            s->causal ? "yes" : "no", (double)s->scale, (unsigned long long)o->seed,
            o->load_dir ? "  inputs from " : "", o->load_dir ? o->load_dir : "");
-    printf("CPU: %s, %d cores, %d threads used; SIMD built for %s, the CPU offers %s\n", fa_cpu_model(),
+    printf("CPU: %s, %d logical cores, %d threads used; SIMD built for %s, the CPU offers %s\n", fa_cpu_model(),
            fa_cpu_cores(), o->threads, fa_cpu_simd_built(), fa_cpu_simd_offered());
     const fa_gpu_facts *g = fa_gpu_info();
     if (g->sms == 0) {
