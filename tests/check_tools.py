@@ -6,11 +6,14 @@
     check_tools.py npy    TOOLS BUILD OUT     pytorch_compare.py --check --reference numpy on phase 1's --save-dir:
                                               passes on the real outputs, fails on one changed element; and on the
                                               saved outputs of phases 2-4 where they are built
+    check_tools.py headline TOOLS BUILD OUT   headline_tables.py on a log of the headline commands (run small, on the
+                                              CPU, their rows relabelled cuda): the tables hold the log's numbers
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
 import csv
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -182,12 +185,47 @@ def check_npy(tools, build, out):
                f"{name}: check exit {proc.returncode}, tensors {checked}, expected {tensors}")
 
 
+def check_headline(tools, build, out):
+    """headline_tables.py reads the numbers of the docs' GPU tables off a headline log. No GPU here: the headline
+    commands run at S=128 on one CPU thread, and their 1-thread rows are relabelled as cuda rows."""
+    fresh(out)
+    log = []
+    for binary, extra in (("phase1_naive", []), ("phase3_forward_4d", ["--step", "3"]),
+                          ("phase4_backward", ["--dq", "deterministic"]), ("phase4_backward", ["--dq", "atomic"])):
+        for D in ("64", "128"):
+            for causal in ([], ["--causal"]):
+                flags = ["--impl", "cpu", "--threads", "1", "--B", "1", "--H", "1", "--S", "128", "--D", D, "--iters",
+                         "2", *causal, *extra]
+                proc = subprocess.run([os.path.join(build, "bin", binary), *flags], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+                log += [f"$ {binary} {' '.join(flags)}"] + proc.stdout.splitlines()
+    text = "\n".join(log)
+    text = re.sub(r"^(  \S.*\s(?:yes|no)\s+)cpu(\s+)1 ", r"\1cuda\2- ", text, flags=re.MULTILINE)
+    text = text.replace("GPU: none", "GPU: Test GPU, compute capability 9.0, 132 SMs, 1980 MHz (memory 2619 MHz)")
+    path = os.path.join(out, "headline.log")
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    script = os.path.join(tools, "headline_tables.py")
+    proc = run([sys.executable, script, path])
+    expect(proc.returncode == 0, f"headline_tables.py exited {proc.returncode}")
+    expect(proc.stdout.count("Measured on an Test GPU (132 SMs, 1980 MHz)") == 4, "not four tables naming the GPU")
+    want = re.search(r"^\$ phase3_forward_4d .*--D 64 --iters 2 --step 3$(?:\n.*)*?\n  step 3 +no +cuda +- +([\d.]+)",
+                     text, re.MULTILINE)
+    expect(want and f"| 64 | {float(want[1]):.2f} (" in proc.stdout, "chapter 03's table lacks the log's step 3 time")
+    # A log without phase 4 is refused with one line naming the missing row.
+    with open(path, "w") as f:
+        f.write(text.split("$ phase4_backward")[0])
+    proc = run([sys.executable, script, path])
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "phase4_backward" in proc.stderr,
+           f"a log without phase 4: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+
+
 def main(argv):
-    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy"):
+    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline"):
         print(__doc__)
         return 2
     what, tools, second, out = argv
-    {"bench": check_bench, "plots": check_plots, "npy": check_npy}[what](tools, second, out)
+    {"bench": check_bench, "plots": check_plots, "npy": check_npy, "headline": check_headline}[what](tools, second, out)
     print(f"{len(failures)} failure(s)" if failures else "PASSED")
     return 1 if failures else 0
 
