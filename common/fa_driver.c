@@ -282,7 +282,9 @@ static void add_timing_row(fa_report *report, const fa_implementation *impl, con
 void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_reference *ref, fa_implementation *impl) {
     char check_label[64];
     snprintf(check_label, sizeof check_label, "%s %s", impl->label, impl->is_cuda ? "cuda" : "cpu");
-    double download_ms = 0.0;
+#if FA_HAVE_CUDA
+    double download_ms = 0.0;   // the GPU rows' copy back, reported apart from the kernel time
+#endif
 
     // 1. Poison every output, run once, and bring the results to the host.
     for (int i = 0; i < impl->n_outputs; i++) {

@@ -8,6 +8,20 @@
 #include <string.h>
 
 static char g_name[256] = "none";
+static fa_gpu_facts g_facts;
+
+// float32 FMA lanes per SM by compute capability: the "32-bit floating-point add, multiply, multiply-add" row of the
+// arithmetic-instruction throughput table in NVIDIA's CUDA C++ Programming Guide. Unlisted architectures give 0
+// (unknown), and no peak is printed for them.
+static int fp32_lanes_per_sm(int major, int minor) {
+    static const struct { int major, minor, lanes; } table[] = {
+        {7, 0, 64}, {7, 5, 64}, {8, 0, 64}, {8, 6, 128}, {8, 7, 128}, {8, 9, 128}, {9, 0, 128}, {10, 0, 128},
+        {12, 0, 128},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].major == major && table[i].minor == minor) return table[i].lanes;
+    return 0;
+}
 
 extern "C" int fa_gpu_available(char *why, size_t why_len) {
     int count = 0;
@@ -20,10 +34,25 @@ extern "C" int fa_gpu_available(char *why, size_t why_len) {
     cudaDeviceProp prop;
     FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     snprintf(g_name, sizeof g_name, "%s", prop.name);
+    int khz = 0, memory_khz = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, 0));
+    g_facts.sms = prop.multiProcessorCount;
+    g_facts.clock_mhz = khz / 1000;
+    g_facts.memory_clock_mhz = memory_khz / 1000;
+    g_facts.cc_major = prop.major;
+    g_facts.cc_minor = prop.minor;
+    g_facts.fp32_lanes_per_sm = fp32_lanes_per_sm(prop.major, prop.minor);
     return 1;
 }
 
 extern "C" const char *fa_gpu_name(void) { return g_name; }
+
+extern "C" const fa_gpu_facts *fa_gpu_info(void) { return &g_facts; }
+
+extern "C" double fa_gpu_fp32_peak_tflops(void) {
+    return (double)g_facts.sms * g_facts.fp32_lanes_per_sm * 2.0 * g_facts.clock_mhz * 1e6 / 1e12;
+}
 
 extern "C" float *fa_gpu_try_alloc(int64_t count) {
     void *ptr = NULL;

@@ -18,8 +18,20 @@ extern "C" {
 
 // 1 when a CUDA device can be used; otherwise 0 and a short reason in why ("built without CUDA", "no CUDA device").
 int fa_gpu_available(char *why, size_t why_len);
-// The device's name, e.g. "NVIDIA H100 80GB HBM3", or "none".
+// The device's name, e.g. "NVIDIA H100 80GB HBM3", or "none" (before fa_gpu_available() found one).
 const char *fa_gpu_name(void);
+// What the device says of itself (cudaGetDeviceProperties, cudaDeviceGetAttribute); 0 where there is no GPU.
+typedef struct {
+    int sms;                   // streaming multiprocessors
+    int clock_mhz;             // the SM clock the device reports (its boost clock)
+    int memory_clock_mhz;
+    int cc_major, cc_minor;    // compute capability
+    int fp32_lanes_per_sm;     // float32 FMA results per SM per clock (fa_gpu.cu: from a documented table; 0 unknown)
+} fa_gpu_facts;
+const fa_gpu_facts *fa_gpu_info(void);
+// The float32 FMA peak derived from those facts: sms * fp32_lanes_per_sm * 2 FLOPs * clock, in TFLOP/s (0 unknown).
+// A data-sheet number, not a measurement: a matmul reaches less (docs/05-measuring.md).
+double fa_gpu_fp32_peak_tflops(void);
 
 #if FA_HAVE_CUDA
 float *fa_gpu_try_alloc(int64_t count);                   // NULL when the device is out of memory

@@ -9,3 +9,10 @@ int fa_gpu_available(char *why, size_t why_len) {
 }
 
 const char *fa_gpu_name(void) { return "none"; }
+
+const fa_gpu_facts *fa_gpu_info(void) {
+    static const fa_gpu_facts none;
+    return &none;
+}
+
+double fa_gpu_fp32_peak_tflops(void) { return 0.0; }

@@ -4,6 +4,7 @@
 #include "fa_tensor.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,25 +60,74 @@ int fa_report_all_passed(const fa_report *r) {
     return 1;
 }
 
-const char *fa_cpu_model(void) {
-    static char model[128] = "";
-    if (model[0]) return model;
-    snprintf(model, sizeof model, "unknown");
+// The first line of /proc/cpuinfo that starts with `key`, after its colon, or "" when there is none.
+static void cpuinfo_field(const char *key, char *out, size_t out_len) {
+    out[0] = '\0';
     FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return model;
-    char line[256];
+    if (!f) return;
+    char line[4096];
+    size_t key_len = strlen(key);
     while (fgets(line, sizeof line, f)) {
         char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            colon += 2;
+        if (strncmp(line, key, key_len) == 0 && colon) {
+            colon += colon[1] == ' ' ? 2 : 1;
             colon[strcspn(colon, "\n")] = '\0';
-            snprintf(model, sizeof model, "%s", colon);
+            snprintf(out, out_len, "%s", colon);
             break;
         }
     }
     fclose(f);
+}
+
+const char *fa_cpu_model(void) {
+    static char model[128] = "";
+    if (model[0]) return model;
+    cpuinfo_field("model name", model, sizeof model);
+    if (!model[0]) snprintf(model, sizeof model, "unknown");
     return model;
 }
+
+// The widest vector instructions the compiler was allowed to use for this build (its -m flags; none means the
+// architecture's baseline). The kernels are compiled with the same flags as this file.
+const char *fa_cpu_simd_built(void) {
+#if defined(__AVX512F__)
+    return "AVX-512 (512-bit)";
+#elif defined(__AVX2__)
+    return "AVX2 (256-bit)";
+#elif defined(__AVX__)
+    return "AVX (256-bit)";
+#elif defined(__SSE2__)
+    return "SSE2 (128-bit)";
+#elif defined(__ARM_NEON)
+    return "NEON (128-bit)";
+#else
+    return "scalar";
+#endif
+}
+
+// The vector extensions this CPU offers, from the flags line of /proc/cpuinfo: the ones that set the float32 width.
+const char *fa_cpu_simd_offered(void) {
+    static char offered[96] = "";
+    if (offered[0]) return offered;
+    char flags[4096];
+    cpuinfo_field("flags", flags, sizeof flags);
+    if (!flags[0]) cpuinfo_field("Features", flags, sizeof flags);   // ARM
+    char padded[sizeof flags + 2];   // " flag1 flag2 ... ": every flag between two spaces, for a whole-word search
+    snprintf(padded, sizeof padded, " %s ", flags);
+    static const char *const names[][2] = {{"sse2", "SSE2"}, {"avx2", "AVX2"}, {"fma", "FMA"},
+                                           {"avx512f", "AVX-512F"}, {"asimd", "NEON"}, {"sve", "SVE"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char word[16];
+        snprintf(word, sizeof word, " %s ", names[i][0]);
+        if (!strstr(padded, word)) continue;
+        size_t used = strlen(offered);
+        snprintf(offered + used, sizeof offered - used, "%s%s", used ? " " : "", names[i][1]);
+    }
+    if (!offered[0]) snprintf(offered, sizeof offered, "unknown");
+    return offered;
+}
+
+int fa_cpu_cores(void) { return omp_get_num_procs(); }
 
 void fa_format_bytes(double bytes, char *out, int out_len) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -96,7 +146,19 @@ static void print_header(const fa_report *r) {
            (long long)s->B, (long long)s->H, (long long)s->Sq, (long long)s->Sk, (long long)s->D,
            s->causal ? "yes" : "no", (double)s->scale, (unsigned long long)o->seed,
            o->load_dir ? "  inputs from " : "", o->load_dir ? o->load_dir : "");
-    printf("CPU: %s (%d threads)   GPU: %s\n", fa_cpu_model(), o->threads, fa_gpu_name());
+    printf("CPU: %s, %d logical cores, %d threads used; SIMD built for %s, the CPU offers %s\n", fa_cpu_model(),
+           fa_cpu_cores(), o->threads, fa_cpu_simd_built(), fa_cpu_simd_offered());
+    const fa_gpu_facts *g = fa_gpu_info();
+    if (g->sms == 0) {
+        printf("GPU: %s\n", fa_gpu_name());
+        return;
+    }
+    printf("GPU: %s, compute capability %d.%d, %d SMs, %d MHz (memory %d MHz)", fa_gpu_name(), g->cc_major,
+           g->cc_minor, g->sms, g->clock_mhz, g->memory_clock_mhz);
+    if (fa_gpu_fp32_peak_tflops() > 0)
+        printf("; float32 FMA peak %.1f TFLOP/s (%d SMs x %d lanes x 2 x clock)", fa_gpu_fp32_peak_tflops(), g->sms,
+               g->fp32_lanes_per_sm);
+    printf("\n");
 }
 
 static void print_checks(const fa_report *r) {
@@ -160,6 +222,7 @@ static void print_timings(const fa_report *r) {
 }
 
 void fa_report_print(const fa_report *r) {
+    if (r->options->save_dir && r->n_checks) fa_report_save_checks(r, r->options->save_dir);
     print_header(r);
     print_checks(r);
     if (r->n_rows > 0) print_timings(r);
@@ -174,29 +237,71 @@ static void csv_text(FILE *f, const char *text) {
     for (const char *c = text; *c; c++) fputc(*c == ',' ? ';' : *c, f);
 }
 
+// Which pass a row timed, read off the FLOP convention it was given (fa_shape.c): the backward counts 2.5 times
+// the forward, so a row whose FLOPs are fa_flops_backward() of its shape timed a backward pass.
+static const char *pass_kind(const fa_report *r, const fa_timing_row *row) {
+    fa_shape shape = r->shape;
+    shape.causal = row->causal;
+    return row->flops > 0 && row->flops == fa_flops_backward(&shape) ? "backward" : "forward";
+}
+
+// The tolerance the row's outputs were checked with (the largest, when it has several: dQ, dK, dV after O, LSE),
+// or 0 when it was not checked.
+static double row_tolerance(const fa_report *r, const fa_timing_row *row) {
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", row->label, row->impl);
+    double tol = 0.0;
+    for (int i = 0; i < r->n_checks; i++)
+        if (strcmp(r->checks[i].label, label) == 0 && r->checks[i].tolerance > tol) tol = r->checks[i].tolerance;
+    return tol;
+}
+
+// The step's name without a "(causal)" its label may carry for the check block: the causal column says it.
+static void csv_step(FILE *f, const fa_timing_row *row) {
+    char step[sizeof row->label];
+    snprintf(step, sizeof step, "%s", row->label);
+    char *suffix = strstr(step, " (causal)");
+    if (row->causal && suffix && suffix[9] == '\0') *suffix = '\0';
+    csv_text(f, step);
+}
+
 void fa_report_write_csv(const fa_report *r, const char *path) {
     struct stat st;
     int is_new = stat(path, &st) != 0 || st.st_size == 0;
     FILE *f = fopen(path, "a");
     if (!f) fa_die("cannot append to %s", path);
-    if (is_new)
-        fprintf(f, "phase,step,impl,threads,B,H,Sq,Sk,D,causal,block_m,block_n,pass,status,median_ms,min_ms,gflops,"
-                   "flops,extra_bytes,copy_ms,cpu_model,gpu_name,commit\n");
+    if (is_new) fprintf(f, "%s\n", FA_CSV_HEADER);
     const char *commit = getenv("FA_COMMIT") ? getenv("FA_COMMIT") : FA_GIT_COMMIT;
     const fa_shape *s = &r->shape;
+    const fa_gpu_facts *g = fa_gpu_info();
     for (int i = 0; i < r->n_rows; i++) {
         const fa_timing_row *row = &r->rows[i];
         double gflops = row->median_ms > 0 ? row->flops / (row->median_ms * 1e6) : 0.0;
         fprintf(f, "%s,", r->program);
-        csv_text(f, row->label);
-        fprintf(f, ",%s,%d,%lld,%lld,%lld,%lld,%lld,%d,%d,%d,%s,%s,%.6f,%.6f,%.3f,%.6g,%lld,%.6f,", row->impl,
-                row->threads, (long long)s->B, (long long)s->H, (long long)s->Sq, (long long)s->Sk, (long long)s->D,
-                row->causal, row->block_m, row->block_n, row->pass < 0 ? "" : (row->pass ? "1" : "0"), row->status,
-                row->median_ms, row->min_ms, gflops, row->flops, (long long)row->extra_bytes, row->copy_ms);
+        csv_step(f, row);
+        fprintf(f, ",%s,%s,%d,%lld,%lld,%lld,%lld,%lld,%d,%d,%d,%s,%.3g,%s,%.6f,%.6f,%.3f,%.6g,%lld,%.6f,",
+                pass_kind(r, row), row->impl, row->threads, (long long)s->B, (long long)s->H, (long long)s->Sq,
+                (long long)s->Sk, (long long)s->D, row->causal, row->block_m, row->block_n,
+                row->pass < 0 ? "" : (row->pass ? "1" : "0"), row_tolerance(r, row), row->status, row->median_ms,
+                row->min_ms, gflops, row->flops, (long long)row->extra_bytes, row->copy_ms);
         csv_text(f, fa_cpu_model());
-        fputc(',', f);
+        fprintf(f, ",%s,%s,%d,", fa_cpu_simd_built(), fa_cpu_simd_offered(), fa_cpu_cores());
         csv_text(f, fa_gpu_name());
-        fprintf(f, ",%s\n", commit);
+        fprintf(f, ",%d,%d,%s\n", g->sms, g->clock_mhz, commit);
+    }
+    if (fclose(f) != 0) fa_die("writing %s failed", path);
+}
+
+void fa_report_save_checks(const fa_report *r, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checks.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) fa_die("cannot write %s", path);
+    fprintf(f, "label,tensor,max_abs_err,rel_err,tolerance,pass\n");
+    for (int i = 0; i < r->n_checks; i++) {
+        const fa_check *c = &r->checks[i];
+        csv_text(f, c->label);
+        fprintf(f, ",%s,%.6e,%.6e,%.6e,%d\n", c->tensor, c->max_abs_err, c->rel_err, c->tolerance, c->pass);
     }
     if (fclose(f) != 0) fa_die("writing %s failed", path);
 }

@@ -50,14 +50,29 @@ void fa_report_add_note(fa_report *report, const char *fmt, ...) __attribute__((
 int fa_report_label_passed(const fa_report *report, const char *label);
 // The check of `tensor` in the rows labelled `label`, or NULL.
 const fa_check *fa_report_find_check(const fa_report *report, const char *label, const char *tensor);
-// Prints the header, the check block and the timing table.
+// Prints the header (the machine: CPU, SIMD, cores; GPU, SMs, clocks), the check block and the timing table.
 void fa_report_print(const fa_report *report);
+// The --csv columns (FIELDS in tools/bench.py is the tools' copy; the tools test checks that the two agree): what
+// ran (phase, step, kind = forward|backward, impl, threads), the problem, the check (pass, tolerance), the timing,
+// FLOPs by the suite's convention (fa_shape.c), memory, and the machine (CPU model, SIMD built for and offered,
+// cores; GPU, SMs, MHz).
+#define FA_CSV_HEADER                                                                                                \
+    "phase,step,kind,impl,threads,B,H,Sq,Sk,D,causal,block_m,block_n,pass,tolerance,status,median_ms,min_ms,gflops," \
+    "flops,extra_bytes,copy_ms,cpu_model,cpu_simd_built,cpu_simd_offered,cpu_cores,gpu_name,gpu_sms,gpu_clock_mhz,"   \
+    "commit"
 // Appends one CSV row per timing row to path (with a header line when the file is new). Returns 0 or exits 2.
 void fa_report_write_csv(const fa_report *report, const char *path);
+// Writes the check block to DIR/checks.csv (label, tensor, errors, tolerance, pass): what a later check of the
+// outputs saved with --save-dir compares against (tools/pytorch_compare.py --check). fa_report_print() calls it
+// when --save-dir is given.
+void fa_report_save_checks(const fa_report *report, const char *dir);
 // 1 when every check passed.
 int fa_report_all_passed(const fa_report *report);
-// "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown".
+// The machine, as the report header and the CSV rows name it. "AMD EPYC ..." from /proc/cpuinfo, or "unknown".
 const char *fa_cpu_model(void);
+const char *fa_cpu_simd_built(void);     // the widest vector ISA this build may use, e.g. "SSE2 (128-bit)"
+const char *fa_cpu_simd_offered(void);   // what the CPU has, e.g. "SSE2 AVX2 FMA AVX-512F"
+int fa_cpu_cores(void);                  // logical cores OpenMP may use (omp_get_num_procs)
 // "123.4 MiB"-style size.
 void fa_format_bytes(double bytes, char *out, int out_len);
 

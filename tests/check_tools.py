@@ -6,19 +6,19 @@
     check_tools.py npy    TOOLS BUILD OUT     pytorch_compare.py --check --reference numpy on phase 1's --save-dir:
                                               passes on the real outputs, fails on one changed element; and on the
                                               saved outputs of phases 2-4 where they are built
+    check_tools.py headline TOOLS BUILD OUT   headline_tables.py on a log of the headline commands (run small, on the
+                                              CPU, their rows relabelled cuda): the tables hold the log's numbers
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
 import csv
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
 
-FIELDS = ["phase", "step", "impl", "threads", "B", "H", "Sq", "Sk", "D", "causal", "block_m", "block_n", "pass",
-          "status", "median_ms", "min_ms", "gflops", "flops", "extra_bytes", "copy_ms", "cpu_model", "gpu_name",
-          "commit"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("time", "gflops", "speedup", "memory", "causal")
 failures = []
@@ -46,11 +46,14 @@ def fresh(directory):
 
 
 def check_bench(tools, build, out):
+    sys.path.insert(0, tools)
+    from bench import FIELDS   # the tools' one list of the columns: it must be what the binaries write
+    FIELDS = list(FIELDS)
     fresh(out)
     proc = run([sys.executable, os.path.join(tools, "bench.py"), "--quick", "--cpu-only", "--phases", "1",
                 "--build", build, "--out", out])
     expect(proc.returncode == 0, f"bench.py --quick exited {proc.returncode}")
-    expect("[  4/4]" in proc.stdout and "left" in proc.stdout, "no progress line for each of the 4 configurations")
+    expect("[  4/4]" in proc.stdout and "elapsed" in proc.stdout, "no progress line for each of the 4 configurations")
     path = os.path.join(out, "results.csv")
     if not expect(os.path.exists(path), f"{path} was not written"):
         return
@@ -67,6 +70,9 @@ def check_bench(tools, build, out):
         where = f"row {r['step']} S={r['Sq']} causal={r['causal']} threads={r['threads']}"
         expect(r["phase"] == "phase1_naive" and r["impl"] == "cpu", f"{where}: phase/impl {r['phase']}/{r['impl']}")
         expect(r["status"] == "ok" and r["pass"] == "1", f"{where}: status {r['status']}, pass {r['pass']}")
+        expect(r["kind"] == "forward" and r["step"] == "naive", f"{where}: kind {r['kind']}, step {r['step']}")
+        expect(float(r["tolerance"]) > 0, f"{where}: tolerance {r['tolerance']}")
+        expect(r["cpu_simd_built"] != "" and int(r["cpu_cores"]) >= 1, f"{where}: SIMD or cores missing")
         B, H, S, D = (int(r[k]) for k in ("B", "H", "Sq", "D"))
         flops = 4.0 * B * H * S * S * D / (2 if r["causal"] == "1" else 1)
         median, low, gflops = float(r["median_ms"]), float(r["min_ms"]), float(r["gflops"])
@@ -80,6 +86,8 @@ def check_bench(tools, build, out):
         with open(summary) as f:
             text = f.read()
         expect("| phase1_naive | naive | no |" in text and "GFLOP/s" in text, "summary.md has no phase 1 table row")
+        expect("Measured on CPU: " in text and "command: `python3 tools/bench.py" in text,
+               "summary.md does not name the machine and the command before its tables")
 
 
 def png_size(path):
@@ -102,6 +110,7 @@ def check_plots(tools, fixture, out):
     script = os.path.join(tools, "plot_bench.py")
     proc = run([sys.executable, script, fixture, "--outdir", out, "--prefix", "test-"])
     expect(proc.returncode == 0, f"plot_bench.py exited {proc.returncode}")
+    expect("not plotted: phase2_online_softmax" in proc.stdout, "phase 2 (one head) was not left out of B=1 H=4 axes")
     for name in FIGURES:
         path = os.path.join(out, f"test-{name}.png")
         if not expect(os.path.exists(path), f"{path} was not written"):
@@ -150,6 +159,11 @@ def check_npy(tools, build, out):
            f"a changed LSE element was not caught (exit {proc.returncode})")
     proc = run([sys.executable, script, "--check", os.path.join(out, "nothing-here"), "--reference", "numpy"])
     expect(proc.returncode == 2 and proc.stderr.startswith("error:"), f"a missing folder: exit {proc.returncode}")
+    # The tolerances come from the check block the binary saved beside its outputs: without it, one line and exit 2.
+    os.remove(os.path.join(save, "checks.csv"))
+    proc = run(check)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "checks.csv" in proc.stderr,
+           f"a save folder without checks.csv: exit {proc.returncode}")
 
     # The later phases' saved outputs against the same independent reference (where they are built): phase 4's
     # dQ, dK and dV too.
@@ -171,12 +185,47 @@ def check_npy(tools, build, out):
                f"{name}: check exit {proc.returncode}, tensors {checked}, expected {tensors}")
 
 
+def check_headline(tools, build, out):
+    """headline_tables.py reads the numbers of the docs' GPU tables off a headline log. No GPU here: the headline
+    commands run at S=128 on one CPU thread, and their 1-thread rows are relabelled as cuda rows."""
+    fresh(out)
+    log = []
+    for binary, extra in (("phase1_naive", []), ("phase3_forward_4d", ["--step", "3"]),
+                          ("phase4_backward", ["--dq", "deterministic"]), ("phase4_backward", ["--dq", "atomic"])):
+        for D in ("64", "128"):
+            for causal in ([], ["--causal"]):
+                flags = ["--impl", "cpu", "--threads", "1", "--B", "1", "--H", "1", "--S", "128", "--D", D, "--iters",
+                         "2", *causal, *extra]
+                proc = subprocess.run([os.path.join(build, "bin", binary), *flags], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+                log += [f"$ {binary} {' '.join(flags)}"] + proc.stdout.splitlines()
+    text = "\n".join(log)
+    text = re.sub(r"^(  \S.*\s(?:yes|no)\s+)cpu(\s+)1 ", r"\1cuda\2- ", text, flags=re.MULTILINE)
+    text = text.replace("GPU: none", "GPU: Test GPU, compute capability 9.0, 132 SMs, 1980 MHz (memory 2619 MHz)")
+    path = os.path.join(out, "headline.log")
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    script = os.path.join(tools, "headline_tables.py")
+    proc = run([sys.executable, script, path])
+    expect(proc.returncode == 0, f"headline_tables.py exited {proc.returncode}")
+    expect(proc.stdout.count("Measured on an Test GPU (132 SMs, 1980 MHz)") == 4, "not four tables naming the GPU")
+    want = re.search(r"^\$ phase3_forward_4d .*--D 64 --iters 2 --step 3$(?:\n.*)*?\n  step 3 +no +cuda +- +([\d.]+)",
+                     text, re.MULTILINE)
+    expect(want and f"| 64 | {float(want[1]):.2f} (" in proc.stdout, "chapter 03's table lacks the log's step 3 time")
+    # A log without phase 4 is refused with one line naming the missing row.
+    with open(path, "w") as f:
+        f.write(text.split("$ phase4_backward")[0])
+    proc = run([sys.executable, script, path])
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "phase4_backward" in proc.stderr,
+           f"a log without phase 4: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+
+
 def main(argv):
-    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy"):
+    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline"):
         print(__doc__)
         return 2
     what, tools, second, out = argv
-    {"bench": check_bench, "plots": check_plots, "npy": check_npy}[what](tools, second, out)
+    {"bench": check_bench, "plots": check_plots, "npy": check_npy, "headline": check_headline}[what](tools, second, out)
     print(f"{len(failures)} failure(s)" if failures else "PASSED")
     return 1 if failures else 0
 

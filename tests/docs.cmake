@@ -1,6 +1,8 @@
-# Docs: every relative link in README.md, */README.md and docs/*.md resolves (anchors included), and every file path
-# and `name()` the chapters mention exists in the sources (tools/check_docs.py says what exactly it checks). A second
-# test runs the checker on a small tree with one of each mistake, so that a checker that stopped catching them fails.
+# Docs: every relative link in README.md, */README.md and docs/*.md resolves (anchors included), every file path
+# and `name()` the chapters mention exists in the sources, every table of measured numbers names its machine and
+# command, and no file of the tree speaks of how the project was made (tools/check_docs.py says what exactly it
+# checks). A second test runs the checker on a small tree with one of each mistake, so that a checker that stopped
+# catching them fails.
 if(Python3_Interpreter_FOUND)
   add_test(NAME docs_links_and_names
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/check_docs.py --root ${CMAKE_SOURCE_DIR})

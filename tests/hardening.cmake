@@ -1,4 +1,4 @@
-# Hardening (issue 8): the .npy reader fuzzed and its crashes replayed, broken input files refused, numerical stress
+# Hardening: the .npy reader fuzzed and its crashes replayed, broken input files refused, numerical stress
 # and non-finite inputs for every phase, and a shape past 2^31 elements. What each input produces is listed in
 # docs/robustness.md. Labels: hardening, plus cpu or gpu (and big for the 2^31 runs, which gpu_check.sh's
 # compute-sanitizer sweeps leave out).

@@ -109,7 +109,7 @@ static backward_tensors contiguous_tensors(const fa_shape *s, const float *q, co
                                            const float *o, const float *lse, const float *dout, float *delta,
                                            grads *g) {
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g->dq, g->dk, g->dv, sq, sk, sk};
+    backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g->dq, g->dk, g->dv, sq, sk, sk, NULL};
     return t;
 }
 
@@ -153,7 +153,7 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
     float *o = to_bshd(p.o, s, s->Sq), *dout = to_bshd(p.dout, s, s->Sq);
     float *dq = to_bshd(strided.dq, s, s->Sq), *dk = to_bshd(strided.dk, s, s->Sk), *dv = to_bshd(strided.dv, s, s->Sk);
     const fa_strides sq = bshd_strides(s, s->Sq), sk = bshd_strides(s, s->Sk);
-    backward_tensors t = {q, k, v, o, p.lse, dout, sq, sk, sk, sq, sq, delta, dq, dk, dv, sq, sk, sk};
+    backward_tensors t = {q, k, v, o, p.lse, dout, sq, sk, sk, sq, sq, delta, dq, dk, dv, sq, sk, sk, NULL};
     omp_set_num_threads(2);
     flash_backward_cpu(s, block_m, block_n, FA_DQ_DETERMINISTIC, &t);
     // Back to [B, H, S, D]: element (b, h, i, d) of the view.

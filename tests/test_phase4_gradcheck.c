@@ -57,7 +57,7 @@ static void float32_path(const fa_shape *s, int on_gpu, int dq_mode, int block_m
     if (!on_gpu) {
         float *o = fa_alloc_floats(nq, "O"), *lse = fa_alloc_floats(nl, "LSE"), *delta = fa_alloc_floats(nl, "Delta");
         flash_forward_lse_cpu(s, block_m, block_n, q, sq, k, sk, v, sk, o, sq, lse, NULL, NULL);
-        backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, dq, dk, dv, sq, sk, sk};
+        backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, dq, dk, dv, sq, sk, sk, NULL};
         flash_backward_cpu(s, block_m, block_n, dq_mode, &t);
         free(o), free(lse), free(delta);
         return;

@@ -24,11 +24,19 @@ add_test(NAME tools_npy_check
          COMMAND ${Python3_EXECUTABLE} ${tools_checker} npy ${tools_dir} ${CMAKE_BINARY_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_npy_check)
 
-# The three scripts compile (pytorch_compare.py cannot run here: no PyTorch, no GPU).
+# headline_tables.py on a log of tools/headline.sh's commands (run small on the CPU, rows relabelled cuda): the docs'
+# four GPU tables hold the log's numbers; a log that lacks a phase is refused with one "error:" line and exit 2.
+add_test(NAME tools_headline_tables
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} headline ${tools_dir} ${CMAKE_BINARY_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tools_headline_tables)
+
+# The scripts compile (pytorch_compare.py cannot run here: no PyTorch, no GPU).
 add_test(NAME tools_py_compile
          COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
-                 ${tools_dir}/bench.py ${tools_dir}/plot_bench.py ${tools_dir}/pytorch_compare.py ${tools_checker})
+                 ${tools_dir}/bench.py ${tools_dir}/plot_bench.py ${tools_dir}/pytorch_compare.py
+                 ${tools_dir}/headline_tables.py ${tools_checker})
 
-set_tests_properties(tools_bench_quick tools_plots tools_npy_check tools_py_compile
+set_tests_properties(tools_bench_quick tools_plots tools_npy_check tools_headline_tables tools_py_compile
                      PROPERTIES LABELS "tools;cpu" SKIP_RETURN_CODE 77)
-set_tests_properties(tools_bench_quick tools_npy_check PROPERTIES REQUIRED_FILES "${CMAKE_BINARY_DIR}/bin/phase1_naive")
+set_tests_properties(tools_bench_quick tools_npy_check tools_headline_tables
+                     PROPERTIES REQUIRED_FILES "${CMAKE_BINARY_DIR}/bin/phase1_naive")

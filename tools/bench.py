@@ -10,7 +10,7 @@ Each configuration is one run of a phase binary with --csv: the binary checks it
 (--check-heads 1 keeps that cheap), times every implementation it has, and appends one CSV row per timed run. This
 script only chooses the configurations, collects the rows, prints one line of progress per configuration and writes
 a Markdown summary. A configuration whose S and P do not fit (naive attention at long S) is recorded as "oom": that
-is a lesson, not a crash. Binaries that are not built yet are left out. Standard library only.
+is a lesson, not a crash. Binaries that are not built are left out. Standard library only.
 
 Exit status: 0 when every configuration ran and every check passed, 1 when a check failed or a run broke,
 2 for bad arguments, 77 when --gpu-only was asked for on a machine without a GPU.
@@ -19,7 +19,6 @@ import argparse
 import csv
 import datetime
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,11 +28,16 @@ from dataclasses import dataclass, field
 
 # The shape every configuration shares (phase 2 is one [N, d] head: B = H = 1): the class demo's B=1, H=4. The same
 # shape on CPU and GPU, so that the GPU over CPU speedup is a ratio of times of the same work. (A GPU is filled only at
-# long S here, B*H*S/BLOCK_M thread blocks: that is one of the lessons; tools/headline.sh runs the issues' larger shapes.)
+# long S here, B*H*S/BLOCK_M thread blocks: that is one of the lessons; tools/headline.sh runs larger shapes.)
 B, H = 1, 4
 S_ALL = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)   # the GPU goes this far, or as far as memory allows
 HEAD_DIMS = (64, 128)
 EXIT_SKIP = 77
+# The columns of every results CSV, as the phase binaries write them (FA_CSV_HEADER in common/fa_report.h; the tools
+# test checks that the two agree). pytorch_compare.py writes its rows with these columns too.
+FIELDS = ("phase", "step", "kind", "impl", "threads", "B", "H", "Sq", "Sk", "D", "causal", "block_m", "block_n", "pass",
+          "tolerance", "status", "median_ms", "min_ms", "gflops", "flops", "extra_bytes", "copy_ms", "cpu_model",
+          "cpu_simd_built", "cpu_simd_offered", "cpu_cores", "gpu_name", "gpu_sms", "gpu_clock_mhz", "commit")
 
 
 @dataclass
@@ -45,7 +49,6 @@ class Entry:
     flags: tuple = ()
     causal: tuple = (False, True)
     two_d: bool = False            # phase 2: [N, d], no --B/--H/--causal
-    work_factor: float = 1.0       # forward passes one run does, for the time estimate (phase 4: forward + backward)
 
 
 # The CPU caps: time grows as S^2. At B=1, H=4, D=64 one naive forward at S=4096 takes about 1.4 s on one core of the
@@ -59,9 +62,9 @@ SWEEP = (
     # One phase 3 run with --step all times naive, step 1, and steps 2 and 3 both non-causal and causal ("step 2
     # (causal)"): running it again with --causal would only repeat those rows.
     Entry("phase3_forward_4d", "4D forward: step 1 grid, step 2 causal pruning, step 3 LSE (with naive)",
-          cpu_max_S=2048, flags=("--step", "all"), causal=(False,), work_factor=5.0),
+          cpu_max_S=2048, flags=("--step", "all"), causal=(False,)),
     Entry("phase4_backward", "backward: dQ, dK, dV from LSE, deterministic and atomic dQ (with naive)",
-          cpu_max_S=1024, flags=("--dq", "both"), work_factor=8.0),
+          cpu_max_S=1024, flags=("--dq", "both")),
 )
 
 
@@ -72,7 +75,6 @@ class Config:
     S: int
     D: int
     causal: bool
-    probe: bool = False            # the memory-wall probe: expected to be refused at once
     rows: list = field(default_factory=list)
     status: str = "pending"        # ok, failed, oom, error, timeout, skipped
     seconds: float = 0.0
@@ -103,27 +105,6 @@ def iterations(device, S, quick):
     return 1, 5
 
 
-def memory_wall_S():
-    """An S whose naive S and P cannot be had on this machine (each buffer over twice RAM plus swap), so that the sweep
-    shows the quadratic wall as a recorded "oom" row. Only where the kernel refuses such an allocation at once
-    (overcommit 0 or 2); with overcommit 1 the allocation would succeed and be killed later, so there is no probe."""
-    try:
-        with open("/proc/sys/vm/overcommit_memory") as f:
-            if f.read().strip() not in ("0", "2"):
-                return None
-        total = 0
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(("MemTotal:", "SwapTotal:")):
-                    total += int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    S = S_ALL[-1]
-    while B * H * S * S * 4 <= 2 * total:
-        S *= 2
-    return S
-
-
 def plan(args, have_gpu, bin_dir):
     """The configurations, GPU first (on a GPU machine those are the numbers that matter most when --max-seconds cuts
     the sweep short), then CPU; within a device by phase, head dim, causal, and S rising."""
@@ -148,10 +129,6 @@ def plan(args, have_gpu, bin_dir):
             for D in head_dims:
                 for causal in entry.causal:
                     configs += [Config(entry, device, S, D, causal) for S in sizes]
-            if entry.binary == "phase1_naive" and device == "cpu" and not args.quick:
-                wall = memory_wall_S()
-                if wall:
-                    configs.append(Config(entry, "cpu", wall, 64, False, probe=True))
     return configs, missing
 
 
@@ -167,56 +144,6 @@ def command(bin_dir, config, threads, csv_path, quick):
     if config.device == "cpu":
         cmd += ["--threads", str(threads)]
     return cmd
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The time estimate: seconds per unit of work, learned per binary and device as the sweep goes
-
-class Estimator:
-    PRIOR_FLOPS_PER_S = {"cpu": 4e9, "cuda": 4e11}   # a whole configuration (all its runs), before any was measured
-    OVERHEAD_S = 0.3                                   # process start, inputs, oracle at small S
-    TRUSTED_S = 5.0
-
-    def __init__(self):
-        self.seconds, self.done = {}, {}   # per (binary, device): measured seconds, work done
-
-    @staticmethod
-    def work_of(config, quick):
-        heads = 1 if config.entry.two_d else B * H
-        warmup, iters = iterations(config.device, config.S, quick)
-        runs = 1 + warmup + iters
-        if config.device == "cpu":
-            runs *= 2   # the 1-thread and the all-threads rows, and the float64 oracle besides
-        flops = 4.0 * heads * config.S * config.S * config.D * (0.6 if config.causal else 1.0)
-        return 0.0 if config.probe else flops * runs * config.entry.work_factor
-
-    def predict(self, config, quick):
-        key = (config.entry.binary, config.device)
-        rate = None
-        # Learned rates only once they rest on a few seconds of work: small runs are all overhead.
-        if self.seconds.get(key, 0.0) >= self.TRUSTED_S:
-            rate = self.seconds[key] / self.done[key]
-        else:   # another binary on the same device: better than the prior
-            same = [k for k in self.done if k[1] == config.device and self.seconds[k] >= self.TRUSTED_S]
-            if same:
-                rate = sum(self.seconds[k] for k in same) / sum(self.done[k] for k in same)
-        if rate is None:
-            rate = 1.0 / self.PRIOR_FLOPS_PER_S[config.device]
-        return self.OVERHEAD_S + rate * self.work_of(config, quick)
-
-    def learn(self, config, seconds, quick):
-        w = self.work_of(config, quick)
-        if w <= 0 or config.status not in ("ok", "failed"):
-            return
-        key = (config.entry.binary, config.device)
-        self.seconds[key] = self.seconds.get(key, 0.0) + max(seconds - self.OVERHEAD_S, 0.0)
-        self.done[key] = self.done.get(key, 0.0) + w
-
-
-def clock(seconds):
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
-        f"{seconds // 60}:{seconds % 60:02d}"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -257,8 +184,7 @@ def classify(config, rc, output):
     if any(r["status"] == "oom" for r in rows):
         config.status = "oom"
         r = next(r for r in rows if r["status"] == "oom")
-        return f"out of memory: {r['step']} needs {size(float(r['extra_bytes']))}" + \
-            (" (the quadratic wall)" if config.probe else "")
+        return f"out of memory: {r['step']} needs {size(float(r['extra_bytes']))}"
     if rc == 0 and rows:
         config.status = "ok"
     elif rc == 1:
@@ -293,7 +219,7 @@ def append_rows(results_path, rows):
         return
     is_new = not os.path.exists(results_path) or os.path.getsize(results_path) == 0
     with open(results_path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
+        writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         if is_new:
             writer.writeheader()
         writer.writerows(rows)
@@ -317,16 +243,13 @@ def gpu_present():
 
 
 def source_commit(repo):
+    """The source tree's commit, with "-dirty" when tracked files differ from it (None outside a git checkout)."""
     try:
-        out = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, timeout=30)
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
+        out = subprocess.run(["git", "-C", repo, "describe", "--always", "--dirty", "--abbrev=7"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -342,47 +265,26 @@ def number(x, digits=1):
     return f"{x:.{digits}f}"
 
 
-def pass_kind(r):
-    """"forward", "backward" or "fwd+bwd", from the row's FLOPs against the forward FLOPs of its shape."""
-    B, H, Sq, Sk, D = (int(r[k]) for k in ("B", "H", "Sq", "Sk", "D"))
-    if r["causal"] != "1":
-        forward = 4.0 * B * H * Sq * Sk * D
-    elif Sq == Sk:
-        forward = 2.0 * B * H * Sq * Sk * D
-    else:
-        tri = min(Sq, Sk)
-        forward = 4.0 * B * H * (tri * (tri + 1) / 2 + max(Sq - Sk, 0) * Sk) * D
-    ratio = float(r["flops"]) / forward if forward > 0 else 1.0
-    return "forward" if ratio < 1.75 else ("backward" if ratio < 3.0 else "fwd+bwd")
-
-
-def step_name(step):
-    """Phase 3 labels its causal rows "step 2 (causal)"; the causal column already says so."""
-    return re.sub(r"\s*\(causal\)$", "", step)
-
-
 def row_key(r):
     return (r["phase"], r["step"], int(r["causal"]), int(r["D"]), int(r["Sq"]))
 
 
-def summarize(rows, note=""):
-    rows = [dict(r, step=step_name(r["step"])) for r in rows]
+def summarize(rows, note="", command=""):
     ok = [r for r in rows if r.get("status") == "ok"]
-    cpu_models = sorted({r["cpu_model"] for r in rows if r["impl"] == "cpu"})
-    gpu_names = sorted({r["gpu_name"] for r in rows if r["impl"] == "cuda"})
     threads = max((int(r["threads"]) for r in rows if r["impl"] == "cpu"), default=0)
     commits = sorted({r["commit"] for r in rows})
     shapes = sorted({(int(r["B"]), int(r["H"])) for r in rows})
+    machine = machine_words(rows)
     out = ["# Benchmark summary", ""]
-    out.append(f"- CPU: {', '.join(cpu_models) or 'not run'} ({threads} threads at most)")
-    out.append(f"- GPU: {', '.join(gpu_names) or 'not run'}")
+    out.append(f"- {machine}")
     out.append(f"- commit: {', '.join(commits) or '-'}; shapes (B, H): "
                + ", ".join(f"({b}, {h})" for b, h in shapes) + " (phase 2 is one [N, d] head); float32")
-    out.append("- GFLOP/s by the suite's convention: forward 4*B*H*Sq*Sk*D (half when causal), backward 2.5 times that;"
-               " medians of the timed runs; extra memory is what an implementation needs beyond inputs and outputs.")
+    out.append("- GFLOP/s: the FLOPs column (the suite's convention, common/fa_shape.c) over the median time of the timed"
+               " runs; extra memory is what an implementation needs beyond inputs and outputs.")
     if note:
         out.append(f"- {note}")
     out.append("")
+    provenance = f"Measured on {machine}; command: `{command}`." if command else f"Measured on {machine}."
 
     # 1. The slide table: each phase and step at the largest S that both the CPU and the GPU ran (PyTorch has its own
     #    table below). Without GPU rows: the largest S the CPU ran, 1 thread against all threads.
@@ -465,12 +367,12 @@ def summarize(rows, note=""):
         for phase, step, causal, D in sorted({(r["phase"], r["step"], int(r["causal"]), int(r["D"])) for r in suite_gpu}):
             mine = {int(r["Sq"]): r for r in suite_gpu if (r["phase"], r["step"], int(r["causal"]), int(r["D"])) ==
                     (phase, step, causal, D)}
-            kind = pass_kind(next(iter(mine.values())))
+            kind = next(iter(mine.values()))["kind"]
             theirs = {}
             for r in torch_rows:
                 if (int(r["causal"]), int(r["D"]), int(r["B"]), int(r["H"])) == \
                         (causal, D, int(next(iter(mine.values()))["B"]), int(next(iter(mine.values()))["H"])) and \
-                        pass_kind(r) == kind:
+                        r["kind"] == kind:
                     theirs.setdefault(int(r["Sq"]), {})[r["step"].split()[1]] = r
             common = sorted(set(mine) & set(theirs))
             if not common:
@@ -503,7 +405,29 @@ def summarize(rows, note=""):
         out += ["## CHECK FAILURES", ""]
         out += [f"- {r['phase']} {r['step']} {r['impl']} S={r['Sq']} D={r['D']} causal={r['causal']}" for r in failed]
         out.append("")
-    return "\n".join(out)
+    # Every table names the machine and the command it came from in the line before it (tools/check_docs.py asks
+    # the same of the docs, where these tables are pasted).
+    with_source = []
+    for i, line in enumerate(out):
+        if line.startswith("|") and (i == 0 or not out[i - 1].startswith("|")):
+            with_source += [provenance, ""]
+        with_source.append(line)
+    return "\n".join(with_source)
+
+
+def machine_words(rows):
+    """ "CPU: AMD EPYC (SSE2 (128-bit) build, the CPU offers ...), 2 threads at most; GPU: NVIDIA H100 ..., 132 SMs"
+    from the machine columns of the rows."""
+    cpus = sorted({(r["cpu_model"], r.get("cpu_simd_built", ""), r.get("cpu_simd_offered", "")) for r in rows
+                   if r["impl"] == "cpu"})
+    gpus = sorted({(r["gpu_name"], r.get("gpu_sms", ""), r.get("gpu_clock_mhz", "")) for r in rows
+                   if r["impl"] == "cuda" and r["phase"] != "pytorch"}) or \
+        sorted({(r["gpu_name"], "", "") for r in rows if r["impl"] == "cuda"})
+    threads = max((int(r["threads"]) for r in rows if r["impl"] == "cpu"), default=0)
+    cpu = "; ".join(f"{m} (SIMD built for {b}, the CPU offers {o})" for m, b, o in cpus)
+    gpu = "; ".join(name + (f", {sms} SMs at {mhz} MHz" if sms not in ("", "0") else "") for name, sms, mhz in gpus)
+    return (f"CPU: {cpu}, {threads} threads at most" if cpus else "CPU: not run") + \
+        f"; GPU: {gpu or 'not run'}"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -520,7 +444,7 @@ def parse_args(argv):
                    help="only these phases: 1 2 3 4, or binary names (default: every phase that is built)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                    help="threads of the parallel CPU rows (default: all cores)")
-    p.add_argument("--max-seconds", type=float, help="skip configurations that would end after this many seconds")
+    p.add_argument("--max-seconds", type=float, help="start no configuration after this many seconds")
     p.add_argument("--timeout", type=float, default=600, help="seconds one configuration may take (default 600)")
     p.add_argument("--append", action="store_true", help="add to OUT/results.csv instead of starting it afresh")
     p.add_argument("--no-pytorch", action="store_true", help="do not run tools/pytorch_compare.py on a GPU machine")
@@ -533,9 +457,9 @@ def parse_args(argv):
     return args
 
 
-def write_summary(out_dir, rows, note=""):
+def write_summary(out_dir, rows, note="", command=""):
     path = os.path.join(out_dir, "summary.md")
-    text = summarize(rows, note)
+    text = summarize(rows, note, command)
     with open(path, "w") as f:
         f.write(text + "\n")
     return path, text
@@ -594,7 +518,7 @@ def main(argv):
     results = os.path.join(out_dir, "results.csv")
     if args.summarize:
         rows = [r for path in args.summarize for r in read_rows(path)]
-        path, text = write_summary(out_dir, rows, NOISE_NOTE)
+        path, text = write_summary(out_dir, rows, NOISE_NOTE, "python3 tools/bench.py " + " ".join(argv))
         print(text)
         print(f"\nwrote {path}")
         return 0
@@ -620,7 +544,6 @@ def main(argv):
           f"GPU: {'yes' if have_gpu else 'no (' + gpu_why + ')'}; results in {results}")
     if missing:
         print(f"bench: not built yet, left out: {', '.join(missing)}")
-    estimator = Estimator()
     start = time.monotonic()
     gpu_gone = None                # why the GPU rows stopped (exit 77 from a binary)
     capped = {}                    # (binary, device, D, causal) -> why larger S are not run
@@ -630,15 +553,14 @@ def main(argv):
         log.write(f"# bench {datetime.datetime.now().isoformat(timespec='seconds')}: {' '.join(sys.argv)}\n")
         for i, config in enumerate(configs):
             group = (config.entry.binary, config.device, config.D, config.causal)
-            predicted = estimator.predict(config, args.quick)
             elapsed = time.monotonic() - start
             why_not = None
             if config.device == "cuda" and gpu_gone:
                 why_not = gpu_gone
-            elif group in capped and not config.probe:
+            elif group in capped:
                 why_not = capped[group]
-            elif args.max_seconds and elapsed + predicted > args.max_seconds:
-                why_not = f"--max-seconds {args.max_seconds:g} (needs about {predicted:.0f} s)"
+            elif args.max_seconds and elapsed > args.max_seconds:
+                why_not = f"--max-seconds {args.max_seconds:g} have passed"
             if why_not:
                 config.status = "skipped"
                 words = f"skipped: {why_not}"
@@ -649,18 +571,15 @@ def main(argv):
                 config.rows = read_rows(csv_path)
                 words = classify(config, rc, output)
                 append_rows(results, config.rows)
-                estimator.learn(config, config.seconds, args.quick)
                 if config.status == "skipped" and config.device == "cuda":
                     gpu_gone = words
-                if config.status in ("oom", "timeout") and not config.probe:
+                if config.status in ("oom", "timeout"):
                     capped[group] = f"a smaller S already {'ran out of memory' if config.status == 'oom' else 'timed out'}"
                 if config.status in ("failed", "error", "timeout"):
                     broken = True
                 words = f"{config.status:<7} {config.seconds:6.1f} s  {words}"
-            left = sum(estimator.predict(c, args.quick) for c in configs[i + 1:]
-                       if not (c.device == "cuda" and gpu_gone))
-            print(f"[{i + 1:3d}/{len(configs)}] {config.name()}  {words}  | {clock(time.monotonic() - start)} elapsed,"
-                  f" about {clock(left)} left", flush=True)
+            print(f"[{i + 1:3d}/{len(configs)}] {config.name()}  {words}  | "
+                  f"{datetime.timedelta(seconds=round(time.monotonic() - start))} elapsed", flush=True)
 
         rows = read_rows(results)
         note = NOISE_NOTE
@@ -671,11 +590,11 @@ def main(argv):
             broken = broken or not torch_ok
             note += "\n- " + words
 
-    path, text = write_summary(out_dir, rows, note)
+    path, text = write_summary(out_dir, rows, note, "python3 tools/bench.py " + " ".join(argv))
     total = time.monotonic() - start
     counts = {s: sum(c.status == s for c in configs) for s in ("ok", "oom", "failed", "error", "timeout", "skipped")}
     print("\n" + text)
-    print(f"bench: {clock(total)} in all; " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) +
+    print(f"bench: {datetime.timedelta(seconds=round(total))} in all; " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) +
           f"\nbench: wrote {results}, {path} and {os.path.join(out_dir, 'bench.log')}")
     return 1 if broken else 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_docs.py - every link, file and function the tutorial names must exist.
+"""check_docs.py - every link, file and function the tutorial names must exist, and the docs speak of the suite only.
 
 Run by ctest (label docs, `make test-docs`):  python3 tools/check_docs.py [--root DIR] [FILE.md ...]
 Its own test:                                   python3 tools/check_docs.py --self-test
@@ -20,6 +20,13 @@ What it checks, each failure reported as `file:line: what is wrong`:
    function-like macro, a Python `def`, a shell function, or a CMake function/macro. Functions of the C library, CUDA
    and OpenMP that a chapter may explain are listed in EXTERNAL_FUNCTIONS below. Dotted names (`tl.dot()`) belong to
    other languages' APIs and are not checked.
+4. Words about how the project was made. The docs, the READMEs, the tools and every source file speak of the suite
+   only: no talk of who worked on it when, or of the machines it was lent. HISTORY_WORDS below lists the phrases; the
+   whole tree is read (every text file but data: CSV, logs, images), whichever Markdown files are given.
+5. Measured numbers. A Markdown table of measured numbers (a unit such as ms, GFLOP/s, TFLOP/s or GB/s in its text)
+   must name the machine it was measured on (a CPU or GPU model, e.g. "AMD EPYC", "H100") and the command that made
+   it (in backticks: `tools/headline.sh`, `build/bin/phase3_forward_4d --S 4096`, `make bench`, `python3 ...`; for
+   a published figure, the data sheet or whitepaper) in the few lines just before or just after it.
 
 Exit status: 0 when everything resolves, 1 when anything does not, 2 on a usage error.
 """
@@ -81,6 +88,32 @@ REFERENCE_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
 HTML_LINK = re.compile(r"<(?:a|img)\b[^>]*?\b(?:href|src)\s*=\s*[\"']([^\"']+)[\"']", re.IGNORECASE)
 HTML_ANCHOR = re.compile(r"<a\b[^>]*?\b(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.IGNORECASE)
 LINE_ANCHOR = re.compile(r"^L(\d+)(?:-L(\d+))?$")
+
+# Rule 4: phrases about how the project was made, each with what to write instead. (The patterns are spelled with
+# character classes so that this file does not match them itself.)
+HISTORY_WORDS = [
+    (re.compile(r"\bthe see[d]s\b|\bsee[d]s'|shared/see[d]s", re.IGNORECASE),
+     "name the source material as \"the Triton tutorial this suite follows\""),
+    (re.compile(r"\ble[n]t (gpu|machine|device|card|h\d+)\b|\bthe le[n]t\b", re.IGNORECASE),
+     "name the machine by its model (\"an H100\")"),
+    (re.compile(r"\biss[u]es? ?#?\d+|\bthe iss[u]es\b|\bfiled by\b", re.IGNORECASE),
+     "say what the code does, not which ticket asked for it"),
+    (re.compile(r"\bsess[i]ons?\b", re.IGNORECASE), "say what the suite does, not when it was done"),
+    (re.compile(r"\bhelp[e]r (sess[i]ons?|agents?)\b|\b(a|the|another) help[e]r\b(?! (function|macro|kernel)s?\b)",
+                re.IGNORECASE), "say what the suite does, not who did it"),
+]
+DATA_FILE_EXTS = {".png", ".jpg", ".svg", ".pdf", ".npy", ".csv", ".log"}   # rule 4 reads every other text file
+
+# Rule 5: a table of measured numbers, the machine, and the command.
+MEASURED_UNIT = re.compile(r"(?<![\w/])(ms|µs|us|GFLOP/s|TFLOP/s|GFLOPS|TFLOPS|GB/s|TB/s|MB/s)(?![\w/])")
+MACHINE_NAME = re.compile(r"\b(H100|H200|A100|A10G?|L4|L40S?|V100|T4|B200|GH200|RTX ?\w+|GeForce|Tesla|Quadro|"
+                          r"EPYC|Xeon|Ryzen|Threadripper|Core i\d|Apple M\d|Graviton\d?|Neoverse|Grace)\b")
+COMMAND_SPAN = re.compile(r"^(build[\w.\-]*/bin/\w+|tools/[\w.\-]+\.(sh|py)|make( \w[\w\-]*)?|python3 \S+|"
+                          r"phase\d_\w+( |$)|\.ci/run)")
+NUMBER_WITH_UNIT = re.compile(r"\d\s*(ms|µs|us|GFLOP/s|TFLOP/s|GFLOPS|TFLOPS|GB/s|TB/s|MB/s)(?![\w/])")
+NUMBER_CELL = re.compile(r"^[~≈]?\d[\d.,]*(\s*[-–/]\s*\d[\d.,]*)*\s*[x%]?$")
+DATA_SHEET = re.compile(r"\bdata ?sheet\b|\bwhitepaper\b", re.IGNORECASE)   # a published figure names its source
+CONTEXT_LINES = 4
 
 
 def is_build_dir(path):
@@ -379,9 +412,65 @@ class Checker:
         self.fail(doc, line, "function '%s()' is not defined in any C, CUDA, Python, shell or CMake source%s; "
                   "if it comes from a library, add it to EXTERNAL_FUNCTIONS in tools/check_docs.py" % (name, hint))
 
+    # -- rule 4: words about how the project was made ----------------------------------------------------------
+    def check_history_words(self):
+        for path in self.sources:
+            if os.path.splitext(path)[1].lower() in DATA_FILE_EXTS:
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            if b"\0" in data[:8192]:
+                continue   # a binary file (a fuzz input, an .npy without its extension)
+            for number, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+                for pattern, instead in HISTORY_WORDS:
+                    m = pattern.search(line)
+                    if m:
+                        self.fail(path, number, "'%s' speaks of how the project was made: %s" % (m.group(0), instead))
+
+    # -- rule 5: measured numbers name their machine and command -------------------------------------------------
+    def check_tables(self, doc, lines):
+        """lines: (number, text, in_fence) of the whole document."""
+        i = 0
+        while i < len(lines):
+            number, text, in_fence = lines[i]
+            is_row = not in_fence and text.lstrip().startswith("|")
+            if not is_row:
+                i += 1
+                continue
+            j = i
+            while j < len(lines) and not lines[j][2] and lines[j][1].lstrip().startswith("|"):
+                j += 1
+            table = [l[1] for l in lines[i:j]]
+            if len(table) >= 2 and re.match(r"^\s*\|?\s*:?-{3,}", table[1]) and self.is_measured(table):
+                context = [l[1] for l in lines[max(0, i - CONTEXT_LINES):i]] + [l[1] for l in lines[j:j + CONTEXT_LINES]]
+                words = " ".join(context)
+                spans = [m.group(2).strip() for m in CODE_SPAN.finditer(words)]
+                command = any(COMMAND_SPAN.match(s) for s in spans) or DATA_SHEET.search(words)
+                missing = [what for what, ok in (("the machine (a CPU or GPU model)", MACHINE_NAME.search(words)),
+                                                 ("the command (in backticks)", command)) if not ok]
+                if missing:
+                    self.fail(doc, number, "a table of measured numbers must name %s in the %d lines before or "
+                              "after it" % (" and ".join(missing), CONTEXT_LINES))
+            i = j
+
+    @staticmethod
+    def is_measured(table):
+        """A unit of time or rate in the table, and below its header a number with a unit or a cell that is only a
+        number ("83.1", "14.0 / 18.4", "1.3x")."""
+        if not MEASURED_UNIT.search(" ".join(table)):
+            return False
+        for row in table[2:]:
+            if NUMBER_WITH_UNIT.search(row):
+                return True
+            if any(NUMBER_CELL.match(cell.strip()) for cell in row.strip().strip("|").split("|")):
+                return True
+        return False
+
     # -- one document ------------------------------------------------------------------------------------------
     def check_document(self, doc):
-        for number, line, in_fence in markdown_lines(doc):
+        all_lines = list(markdown_lines(doc))
+        self.check_tables(doc, all_lines)
+        for number, line, in_fence in all_lines:
             if in_fence:
                 for word in re.split(r"[\s=:;,()'\"|<>]+", line):
                     word = word.rstrip(".")
@@ -418,6 +507,7 @@ def default_documents(root):
 
 def run(root, documents, quiet=False):
     checker = Checker(root)
+    checker.check_history_words()
     for doc in documents:
         checker.check_document(os.path.realpath(doc))
     if not quiet:
@@ -461,8 +551,49 @@ SELF_TEST_FILES = {
         "```",
         "Bad line anchor: [l](../src/kernel.c#L99).",                    # 14
         "Bad folder: `phase9_missing/`; good folder: `src/`.",           # 15
+        "",                                                              # 16
+        "| run | median ms |",                                            # 17: no machine, no command
+        "|---|---|",
+        "| one | 83.1 |",
+        "",
+        "Some prose.",
+        "",
+        "More prose.",
+        "",
+        "",
+        "Measured on an H100 with `build/bin/demo --S 4`:",              # 26
+        "",
+        "| run | TFLOP/s |",                                              # 28: named above, good
+        "|---|---|",
+        "| one | 21.5 |",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "| file | what it shows |",                                       # 36: no measured number, good
+        "|---|---|",
+        "| `time.png` | median time in ms against S |",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "Measured with `build/bin/demo --S 4` (no machine named):",      # 44
+        "",
+        "| S | GFLOP/s |",                                               # 46
+        "|---|---|",
+        "| 128 | 12.0 |",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "Numbers from " + "the le" + "nt GPU.",                          # 54
         "",
     ]),
+    # A source comment with a word about how the project was made (rule 4 reads every source file).
+    "src/notes.c": "// As " + "in the se" + "eds, one tile per block.\nint notes;\n",
 }
 SELF_TEST_EXPECTED = [
     ("docs/README.md:5:", "broken link 'missing.md'"),
@@ -474,6 +605,10 @@ SELF_TEST_EXPECTED = [
     ("docs/README.md:12:", "file 'src/kernel_v3.c' does not exist"),
     ("docs/README.md:14:", "points past the end of src/kernel.c"),
     ("docs/README.md:15:", "file 'phase9_missing/' does not exist"),
+    ("docs/README.md:17:", "must name the machine (a CPU or GPU model) and the command"),
+    ("docs/README.md:46:", "must name the machine (a CPU or GPU model) in the"),
+    ("docs/README.md:54:", "speaks of how the project was made"),
+    ("src/notes.c:1:", "speaks of how the project was made"),
 ]
 
 

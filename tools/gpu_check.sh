@@ -6,8 +6,13 @@
 #   2. run the whole test suite, GPU tests included (LOGDIR/ctest.log);
 #   3. run the GPU tests again under compute-sanitizer: memcheck, racecheck, initcheck and synccheck
 #      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
-#   4. run the benchmarks (make bench's sweep, and each phase at the shapes the issues quote: LOGDIR/headline.log).
-# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench");
+#   4. run the benchmarks (make bench's sweep, and each phase at the shapes the docs quote: LOGDIR/headline.log);
+#   5. publish: the figures of the sweep (tools/plot_bench.py) and the logs the docs quote, copied into docs/figures/
+#      (or FA_PUBLISH_DIR) under the GPU's model as prefix (h100-headline.log, h100-results.csv, h100-summary.md,
+#      h100-machine.log, h100-*.png), ready to commit beside the chapters that quote them, and h100-tables.md: the
+#      docs' GPU tables read off h100-headline.log by tools/headline_tables.py, to paste into the chapters.
+# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench
+# publish");
 # FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
 # FA_SANITIZE_TEST_ARGS the sanitizer sweeps (default "-L gpu -LE big"; "-L gpu -L ^phase -LE big" still covers every
 # kernel, through the phase tests, in less time), FA_HEADLINE_PHASES
@@ -20,7 +25,7 @@ mkdir -p "$LOGDIR"
 LOGDIR=$(cd "$LOGDIR" && pwd)
 cd "$(dirname "$0")/.."
 BUILD=${FA_GPU_BUILD:-build-gpu}
-STEPS=${FA_GPU_CHECK_STEPS:-build test memcheck racecheck initcheck synccheck headline bench}
+STEPS=${FA_GPU_CHECK_STEPS:-build test memcheck racecheck initcheck synccheck headline bench publish}
 JOBS=$(nproc)
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 summary=()
@@ -74,6 +79,27 @@ fi
 if want bench && [ -f tools/bench.py ]; then
     python3 tools/bench.py --build "$BUILD" --out "$LOGDIR" ${FA_BENCH_ARGS:-} > "$LOGDIR/bench-stdout.log" 2>&1
     record bench $([ $? -eq 0 ] && echo ok || echo FAIL) "see bench.log, results.csv, summary.md, bench-stdout.log"
+fi
+
+# The GPU's model, lower case ("NVIDIA H100 80GB HBM3" -> h100): the prefix of everything published.
+gpu_model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oE '\b[A-Z]{1,2}[0-9]{2,4}\b' |
+            head -1 | tr 'A-Z' 'a-z')
+if want publish; then
+    prefix=${gpu_model:-gpu}-
+    figures=${FA_PUBLISH_DIR:-docs/figures}
+    mkdir -p "$figures"
+    if [ -f "$LOGDIR/results.csv" ] && python3 tools/plot_bench.py "$LOGDIR/results.csv" --outdir "$figures" \
+            --prefix "$prefix" > "$LOGDIR/plots.log" 2>&1; then
+        for log in headline.log results.csv summary.md machine.log; do
+            [ -f "$LOGDIR/$log" ] && cp "$LOGDIR/$log" "$figures/$prefix$log"
+        done
+        # The docs' GPU tables, read off the published headline log, to paste into the chapters.
+        [ -f "$figures/${prefix}headline.log" ] && python3 tools/headline_tables.py "$figures/${prefix}headline.log" \
+            > "$figures/${prefix}tables.md"
+        record publish ok "$(ls "$figures/$prefix"* | tr '\n' ' ')"
+    else
+        record publish FAIL "see plots.log (no results.csv without the bench step)"
+    fi
 fi
 
 echo

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tools/headline.sh BINDIR - every phase at the shapes the issues quote, with the check block and timing table each
-# prints. Phases whose binary does not exist yet are left out. tools/gpu_check.sh runs it into headline.log.
+# tools/headline.sh BINDIR - every phase at the shapes the docs quote (B=4 H=16 S=4096 on the GPU), with the check
+# block and timing table each prints. Phases that are not built are left out. tools/gpu_check.sh runs it into
+# headline.log.
 # FA_HEADLINE_PHASES picks phases (default "1 2 3 4").
 set -uo pipefail
 BIN=${1:-build/bin}

@@ -10,7 +10,9 @@ Writes five PNGs (PREFIX defaults to "cpu-" for a CSV without GPU rows, else the
     PREFIXspeedup.png   GPU over CPU (the same shape, the same S); without GPU rows: all threads over 1 thread
     PREFIXmemory.png    memory a run needs (inputs + outputs + extra) against S: naive grows as S^2, flash as S
     PREFIXcausal.png    causal against non-causal time, and their ratio (2 is the ideal: half the work)
-All figures are for one head dim (--D, default the smallest in the CSV). Needs NumPy and matplotlib; only plots.
+All figures are for one head dim (--D, default the smallest in the CSV) and one shape B, H (the one with the most
+rows; phase 2's single [N, d] head is another shape and is left out, with a note in the subtitle). The CSV's own
+columns say what each row timed (kind: forward or backward; causal; FLOPs). Needs NumPy and matplotlib; only plots.
 Exit status: 0 written, 2 bad input or matplotlib/NumPy missing.
 """
 import argparse
@@ -19,9 +21,8 @@ import os
 import re
 import sys
 
-FIELDS = ("phase", "step", "impl", "threads", "B", "H", "Sq", "Sk", "D", "causal", "block_m", "block_n", "pass",
-          "status", "median_ms", "min_ms", "gflops", "flops", "extra_bytes", "copy_ms", "cpu_model", "gpu_name",
-          "commit")
+from bench import size
+
 INSTALL = "python3 -m pip install numpy matplotlib"
 
 
@@ -44,43 +45,26 @@ except ImportError as missing:
 # Reading
 
 class Row:
-    """One CSV row with its numbers parsed, and what kind of pass it timed."""
+    """One CSV row with its numbers parsed."""
 
     def __init__(self, d, where):
         try:
-            self.phase, self.impl, self.status = d["phase"], d["impl"], d["status"]
-            # Phase 3 labels its causal rows "step 2 (causal)"; the causal column already says so.
-            self.step = re.sub(r"\s*\(causal\)$", "", d["step"])
+            self.phase, self.step, self.kind, self.impl, self.status = (d[k] for k in ("phase", "step", "kind", "impl",
+                                                                                       "status"))
             self.threads = int(d["threads"])
             self.B, self.H, self.Sq, self.Sk, self.D = (int(d[k]) for k in ("B", "H", "Sq", "Sk", "D"))
             self.causal = d["causal"] == "1"
             self.median_ms, self.gflops = float(d["median_ms"]), float(d["gflops"])
             self.flops, self.extra = float(d["flops"]), float(d["extra_bytes"])
             self.cpu_model, self.gpu_name, self.commit = d["cpu_model"], d["gpu_name"], d["commit"]
+            self.simd, self.sms = d["cpu_simd_built"], d["gpu_sms"]
         except (KeyError, ValueError, TypeError) as e:
-            fail(f"{where}: not a benchmark row ({e})")
-        self.passes = self.flops_ratio()
-
-    def forward_flops(self):
-        """The suite's forward FLOPs for this shape (common/fa_shape.c: fa_flops_forward)."""
-        if not self.causal:
-            pairs = self.Sq * self.Sk
-        elif self.Sq == self.Sk:
-            return 2.0 * self.B * self.H * self.Sq * self.Sk * self.D
-        else:
-            tri = min(self.Sq, self.Sk)
-            pairs = tri * (tri + 1) / 2 + max(self.Sq - self.Sk, 0) * self.Sk
-        return 4.0 * self.B * self.H * pairs * self.D
-
-    def flops_ratio(self):
-        """1 for a forward row, 2.5 for a backward row, 3.5 for forward + backward (by the FLOP convention)."""
-        forward = self.forward_flops()
-        return round(self.flops / forward * 2) / 2 if forward > 0 and self.flops > 0 else 1.0
+            fail(f"{where}: not a benchmark CSV row ({type(e).__name__}: {e})")
 
     def io_bytes(self):
         """Inputs and outputs: Q, K, V, O (and dO, dQ, dK, dV when the row includes a backward pass), float32."""
         tensors = 2 * self.Sq + 2 * self.Sk
-        if self.passes > 1:
+        if self.kind != "forward":
             tensors *= 2
         return 4.0 * self.B * self.H * tensors * self.D
 
@@ -104,11 +88,7 @@ def read_csvs(paths):
     for path in paths:
         try:
             with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                missing = [k for k in FIELDS if k not in (reader.fieldnames or [])]
-                if missing:
-                    fail(f"{path}: not a benchmark CSV (missing columns: {', '.join(missing)})")
-                rows += [Row(d, f"{path} line {n + 2}") for n, d in enumerate(reader)]
+                rows += [Row(d, f"{path} line {n + 2}") for n, d in enumerate(csv.DictReader(f))]
         except OSError as e:
             fail(f"cannot read {path}: {e.strerror}" + (" (run make bench first)" if not os.path.exists(path) else ""))
     if not rows:
@@ -137,9 +117,6 @@ def series_label(series, rows):
     phase, step = series[:2]
     m = re.match(r"phase(\d)", phase)
     name = f"phase {m.group(1)}: {step}" if m else f"{'PyTorch' if phase == 'pytorch' else phase}: {step}"
-    heads = {r.B * r.H for r in rows if r.series[:2] == (phase, step)}
-    if heads and len(heads) == 1 and heads.pop() == 1:
-        name += " (1 head)"
     if len(series) > 2 and len(machines_of_kind(rows, series[2])) > 1:
         name += f" [{short_machine(series[2])}]"
     return name
@@ -179,14 +156,15 @@ def order(series):
 
 
 def machine_line(rows, threads_note=True):
-    cpus = sorted({r.cpu_model for r in rows if r.impl == "cpu"})
-    gpus = sorted({r.gpu_name for r in rows if r.impl == "cuda" and r.gpu_name not in ("", "none")})
+    cpus = sorted({f"{r.cpu_model}, {r.simd} build" if r.simd else r.cpu_model for r in rows if r.impl == "cpu"})
+    gpus = sorted({f"{r.gpu_name}, {r.sms} SMs" if r.sms not in ("", "0") else r.gpu_name for r in rows
+                   if r.impl == "cuda" and r.phase != "pytorch" and r.gpu_name not in ("", "none")})
     threads = max((r.threads for r in rows if r.impl == "cpu"), default=0)
     parts = []
     if cpus:
-        parts.append(f"CPU: {', '.join(cpus)}" + (f" ({threads} threads)" if threads_note else ""))
+        parts.append(f"CPU: {'; '.join(cpus)}" + (f" ({threads} threads)" if threads_note else ""))
     if gpus:
-        parts.append(f"GPU: {', '.join(gpus)}")
+        parts.append(f"GPU: {'; '.join(gpus)}")
     commits = sorted({r.commit for r in rows if r.phase != "pytorch"})
     if commits:
         parts.append("commit " + ", ".join(commits))
@@ -194,7 +172,7 @@ def machine_line(rows, threads_note=True):
 
 
 def shape_text(rows, D, causal=None):
-    shapes = sorted({(r.B, r.H) for r in rows if r.B * r.H > 1}) or sorted({(r.B, r.H) for r in rows})
+    shapes = sorted({(r.B, r.H) for r in rows})
     text = ", ".join(f"B={b} H={h}" for b, h in shapes) + f" D={D}, float32"
     if causal is not None:
         text += ", causal" if causal else ", non-causal"
@@ -202,10 +180,7 @@ def shape_text(rows, D, causal=None):
 
 
 def bytes_label(value, _pos=None):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if value >= 10 or unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024.0
+    return size(value)
 
 
 def s_axis(ax, sizes):
@@ -264,7 +239,7 @@ def collect_legend(axes):
 
 def per_device_figure(rows, palette, path, D, value, ylabel, title, log_y, note):
     # PyTorch's forward + backward rows have no counterpart in the suite (it times the two passes apart).
-    subset = [r for r in rows if r.D == D and not r.causal and not (r.phase == "pytorch" and r.passes > 3)]
+    subset = [r for r in rows if r.D == D and not r.causal and r.kind != "fwd+bwd"]
     devices, titles = device_panels(subset)
     if not devices:
         return False
@@ -439,6 +414,17 @@ def main(argv):
     args = p.parse_args(argv)
 
     rows = drop_repeated_baselines(read_csvs(args.csv))
+    # One shape per figure: a time or a memory of one head beside those of B*H heads would read as the same work.
+    shapes = {}
+    for r in rows:
+        shapes[(r.B, r.H)] = shapes.get((r.B, r.H), 0) + 1
+    B, H = max(shapes, key=shapes.get)
+    left_out = sorted({r.phase for r in rows if (r.B, r.H) != (B, H)})
+    rows = [r for r in rows if (r.B, r.H) == (B, H)]
+    if left_out:
+        words = f"not plotted: {', '.join(left_out)} (another shape than B={B} H={H})"
+        print(words)
+        args.note += ("; " if args.note else "") + words
     ok_dims = sorted({r.D for r in rows if r.status == "ok"})
     if not ok_dims:
         fail("no successful (status ok) rows to plot")

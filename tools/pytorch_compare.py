@@ -7,8 +7,8 @@ Timing (needs PyTorch and a CUDA GPU):
   S, like phase 1) and the memory-efficient backend (tiled, like phases 2-4): forward, backward alone, and forward +
   backward; CUDA events, median of --iters runs after --warmup. One CSV row per measurement, in the schema of the
   phase binaries' --csv (common/fa_report.c): phase "pytorch", step "sdpa math" / "sdpa efficient" (forward),
-  "... backward", "... fwd+bwd"; impl "cuda"; FLOPs by the suite's convention (forward 4*B*H*Sq*Sk*D, half when
-  causal; backward 2.5 times that); extra_bytes = peak memory during the call beyond what was allocated before it and
+  "... backward", "... fwd+bwd" (the kind column says forward, backward or fwd+bwd); impl "cuda"; FLOPs by the
+  suite's convention (common/fa_shape.c; these shapes are square); extra_bytes = peak memory during the call beyond what was allocated before it and
   the outputs it returns; the commit column says the PyTorch version. tools/plot_bench.py draws these rows beside
   the suite's.
 
@@ -17,8 +17,7 @@ Check (PyTorch on the CPU in float64, or --reference numpy without PyTorch):
     python3 tools/pytorch_compare.py --check run1
   reads the .npy files a phase binary wrote with --save-dir (q, k, v and whatever outputs it saved: o, lse, and with
   do: dq, dk, dv), takes --causal and --scale from run1/command.txt, recomputes them in float64 and compares every
-  head with the suite's own tolerances (common/fa_verify.h, raised for large logits as fa_tolerance_for_inputs()
-  does).
+  head with the tolerance the binary checked that tensor with (run1/checks.csv, written beside the outputs).
 
 Exit status: 0 done and every check passed; 1 a check failed; 2 bad input (one "error:" line); 77 PyTorch is not
 installed, or timing was asked for without a CUDA GPU (the test suite reports 77 as skipped).
@@ -27,16 +26,11 @@ import argparse
 import csv
 import math
 import os
-import re
 import shlex
 import statistics
 import sys
 
-EXIT_SKIP = 77
-FIELDS = ("phase", "step", "impl", "threads", "B", "H", "Sq", "Sk", "D", "causal", "block_m", "block_n", "pass",
-          "status", "median_ms", "min_ms", "gflops", "flops", "extra_bytes", "copy_ms", "cpu_model", "gpu_name",
-          "commit")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import EXIT_SKIP, FIELDS
 
 
 def die(message, status=2):
@@ -61,28 +55,9 @@ def import_torch():
 # ----------------------------------------------------------------------------------------------------------------------
 # The suite's conventions
 
-def forward_flops(B, H, Sq, Sk, D, causal):
-    """common/fa_shape.c: fa_flops_forward()."""
-    if not causal:
-        pairs = Sq * Sk
-    elif Sq == Sk:
-        return 2.0 * B * H * Sq * Sk * D
-    else:
-        tri = min(Sq, Sk)
-        pairs = tri * (tri + 1) / 2 + max(Sq - Sk, 0) * Sk
-    return 4.0 * B * H * pairs * D
-
-
-def suite_tolerances():
-    """FA_TOL_FORWARD and FA_TOL_BACKWARD from common/fa_verify.h (the values below if it cannot be read)."""
-    tol = {"FORWARD": 2e-5, "BACKWARD": 1e-4}
-    try:
-        with open(os.path.join(REPO, "common", "fa_verify.h")) as f:
-            for name, value in re.findall(r"#define\s+FA_TOL_(FORWARD|BACKWARD)\s+([0-9.eE+-]+)", f.read()):
-                tol[name] = float(value)
-    except OSError:
-        pass
-    return tol
+def forward_flops(B, H, S, D, causal):
+    """fa_flops_forward() of common/fa_shape.c for a square shape (Sq = Sk = S), the only kind timed here."""
+    return 4.0 * B * H * S * S * D / (2 if causal else 1)
 
 
 def cpu_model():
@@ -177,7 +152,7 @@ def measure(torch, F, args, backend, B, H, S, D, causal):
     def forward_backward():
         attend().backward(dout)
 
-    fwd = forward_flops(B, H, S, S, D, causal)
+    fwd = forward_flops(B, H, S, D, causal)
     passes = {"forward": (forward, lambda: None, fwd, tensor_bytes, ""),
               "backward": (backward, make_graph, 2.5 * fwd, 3 * tensor_bytes, " backward"),
               "fwd+bwd": (forward_backward, clear_grads, 3.5 * fwd, 3 * tensor_bytes, " fwd+bwd")}
@@ -185,7 +160,8 @@ def measure(torch, F, args, backend, B, H, S, D, causal):
     with backend_context(torch, backend):
         for name in args.passes:
             fn, before, flops, out_bytes, suffix = passes[name]
-            row = dict(step=f"sdpa {backend}{suffix}", B=B, H=H, Sq=S, Sk=S, D=D, causal=int(causal), flops=flops)
+            row = dict(step=f"sdpa {backend}{suffix}", kind=name, B=B, H=H, Sq=S, Sk=S, D=D, causal=int(causal),
+                       flops=flops)
             try:
                 extra = peak_extra(torch, fn, before, out_bytes)
                 median, low = time_cuda(torch, fn, before, args.warmup, args.iters)
@@ -212,6 +188,7 @@ def run_timing(args):
         skip("PyTorch finds no CUDA GPU: the timings need one")
     set_full_fp32(torch)
     gpu = torch.cuda.get_device_name(0).replace(",", ";")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     commit = f"torch-{torch.__version__}"
     cpu = cpu_model()
     causal_values = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
@@ -234,7 +211,8 @@ def run_timing(args):
                                              "block_n": 0, "pass": "", "gflops": f"{gflops:.3f}",
                                              "median_ms": f"{ms:.6f}", "min_ms": f"{row['min_ms']:.6f}",
                                              "flops": f"{row['flops']:.6g}", "copy_ms": "0.000000",
-                                             "cpu_model": cpu, "gpu_name": gpu, "commit": commit})
+                                             "cpu_model": cpu, "gpu_name": gpu, "gpu_sms": sms,
+                                             "commit": commit})
                             f.flush()
                             print(f"{row['step']:<26} S={S:<6} D={D:<4} causal={'yes' if causal else 'no ':<4} "
                                   f"{row['status']:<7} {ms:10.3f} ms {gflops:10.1f} GFLOP/s", flush=True)
@@ -282,7 +260,24 @@ def load_saved(directory, np):
             scale = float(words[i + 1])
     if scale is None:
         scale = 1.0 / math.sqrt(arrays["q"].shape[-1])
-    return arrays, causal, scale
+    return arrays, causal, scale, saved_tolerances(directory)
+
+
+def saved_tolerances(directory):
+    """Tensor name (o, lse, dq, ...) -> the tolerance the binary checked it with, from DIR/checks.csv (the check block
+    the binary writes beside its outputs; the largest where several implementations were checked)."""
+    path = os.path.join(directory, "checks.csv")
+    tolerances = {}
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                name = row["tensor"].lower()
+                tolerances[name] = max(tolerances.get(name, 0.0), float(row["tolerance"]))
+    except OSError:
+        die(f"{path} is missing: save the run again with a phase binary's --save-dir")
+    except (KeyError, ValueError) as e:
+        die(f"{path}: not a check block ({e})")
+    return tolerances
 
 
 def reference_numpy(np, a, causal, scale):
@@ -340,15 +335,12 @@ def run_check(args):
         torch, F = import_torch()
         if torch is None:
             skip("PyTorch is not installed (python3 -m pip install torch); --reference numpy checks without it")
-    a, causal, scale = load_saved(args.check, np)
+    a, causal, scale, tolerances = load_saved(args.check, np)
     B, H, Sq, D = a["q"].shape
     if a["k"].shape != a["v"].shape or a["k"].shape[:2] != (B, H) or a["k"].shape[3] != D:
         die(f"{args.check}: q {a['q'].shape}, k {a['k'].shape} and v {a['v'].shape} do not fit together")
     want = reference_numpy(np, a, causal, scale) if args.reference == "numpy" else \
         reference_torch(torch, F, a, causal, scale)
-    tol = suite_tolerances()
-    # As fa_tolerance_for_inputs(): a float32 logit carries an error of about eps*sqrt(D)*scale*max|q|*max|k|.
-    logit_error = 20 * 1.1920929e-7 * math.sqrt(D) * scale * np.abs(a["q"]).max() * np.abs(a["k"]).max()
     print(f"{args.check}: B={B} H={H} Sq={Sq} Sk={a['k'].shape[2]} D={D} causal={'yes' if causal else 'no'} "
           f"scale={scale:.6g}; reference: {args.reference}, float64, every head")
     print(f"  {'tensor':<6} {'max abs err':>12} {'rel err':>10} {'tol':>9}  {'worst (b,h,s,d)':<22} result")
@@ -359,8 +351,9 @@ def run_check(args):
         got, ref = a[name], want[name]
         if got.shape != ref.shape:
             die(f"{args.check}/{name}.npy has shape {got.shape}, expected {ref.shape}")
-        base = tol["FORWARD"] if name in ("o", "lse") else tol["BACKWARD"]
-        tolerance = max(base, logit_error)
+        if name not in tolerances:
+            die(f"{args.check}/checks.csv has no tolerance for {name.upper()}")
+        tolerance = tolerances[name]
         err = np.abs(got - ref)
         bad = int((~np.isfinite(got)).sum())
         worst = np.unravel_index(np.nanargmax(np.where(np.isfinite(err), err, np.inf)), err.shape)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """make_corpus.py - writes the seed corpus of the .npy fuzzer into tests/fuzz/corpus/ (Python standard library only).
 
-The seeds are a few valid files in the three format versions and both float types, and one file of every malformed
-kind the reader must refuse. The fuzzer mutates copies of them (tests/fuzz/run.sh), so they only need to reach every
-branch of common/fa_npy.c once. Run it again after changing the list; the files are committed.
+The seed inputs are a few valid files in the three format versions and both float types, and one file of each
+malformed kind the reader must refuse. The fuzzer mutates copies of them (tests/fuzz/run.sh), so they only need to
+reach every branch of common/fa_npy.c once. Run it again after changing the list; the files are committed.
 """
 import os
 import struct
