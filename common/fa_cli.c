@@ -13,7 +13,7 @@
 
 enum {
     OPT_B = 1000, OPT_H, OPT_SQ, OPT_SK, OPT_S, OPT_D, OPT_CAUSAL, OPT_SCALE, OPT_BLOCK_M, OPT_BLOCK_N, OPT_IMPL,
-    OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ,
+    OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ, OPT_COMPARE_CAUSAL,
     OPT_HELP
 };
 
@@ -29,6 +29,7 @@ static const struct option LONG_OPTIONS[] = {
     {"load-dir", required_argument, 0, OPT_LOAD}, {"csv", required_argument, 0, OPT_CSV},
     {"check-heads", required_argument, 0, OPT_CHECK_HEADS},
     {"step", required_argument, 0, OPT_STEP},     {"dq", required_argument, 0, OPT_DQ},
+    {"compare-causal", no_argument, 0, OPT_COMPARE_CAUSAL},
     {"help", no_argument, 0, OPT_HELP},           {0, 0, 0, 0}};
 
 // --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
@@ -80,6 +81,9 @@ static void print_help(const fa_cli_spec *spec) {
         printf("  --block-n N    key rows per tile (BLOCK_N)              (default %d)\n", spec->default_block_n);
     }
     if (spec->max_step > 0) printf("  --step K|all   run only step K (1..%d)                   (default all)\n", spec->max_step);
+    if (spec->has_compare_causal)
+        printf("  --compare-causal  steps 2 and 3 also run with the causal mask flipped, in rows of their own\n"
+               "                 (labelled, checked against their own oracle, timed, never saved)\n");
     if (spec->has_dq_mode)
         printf("  --dq MODE      deterministic | atomic | both (how dQ is accumulated, default both)\n");
     printf("\nRun:\n");
@@ -184,6 +188,10 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
             else if (strcmp(optarg, "atomic") == 0) opt->dq_mode = FA_DQ_ATOMIC;
             else if (strcmp(optarg, "both") == 0) opt->dq_mode = FA_DQ_BOTH;
             else fa_die("--dq expects deterministic, atomic or both, got '%s'", optarg);
+            break;
+        case OPT_COMPARE_CAUSAL:
+            if (!spec->has_compare_causal) fa_die("--compare-causal applies to phase 3 only");
+            opt->compare_causal = 1;
             break;
         case OPT_HELP: print_help(spec); exit(0);
         case ':': fa_die("%s needs a value (see --help)", argv[optind - 1]);

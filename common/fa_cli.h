@@ -23,6 +23,7 @@ typedef struct {
     int two_d;                    // phase 2: [N, d] tensors, B and H must stay 1
     int max_step;                 // > 0: accepts --step 1..max_step|all (phase 3)
     int has_dq_mode;              // accepts --dq deterministic|atomic|both (phase 4)
+    int has_compare_causal;       // accepts --compare-causal (phase 3)
     const int *cuda_head_dims;    // head dims the CUDA kernels support, ending with 0; NULL = any
 } fa_cli_spec;
 
@@ -37,6 +38,7 @@ typedef struct {
     const char *save_dir, *load_dir, *csv;
     int step;                     // phase 3: 0 = all steps
     int dq_mode;                  // phase 4
+    int compare_causal;           // phase 3: also run steps 2 and 3 with the causal mask flipped (labelled, not saved)
     int argc;                     // the command line, kept for --save-dir's command.txt
     char **argv;
 } fa_options;

@@ -1,8 +1,11 @@
 // main.c - phase 3 driver: the three steps of the 4D forward (grid, causal pruning, LSE), CPU and GPU, with phase 1's
-// naive attention on the same input as the baseline. Steps 2 and 3 run both causal and non-causal, each checked
-// against its own float64 oracle, so that the timing table shows what block pruning saves.
+// naive attention on the same input as the baseline. It runs, checks, times and saves the problem the flags describe;
+// with --compare-causal, steps 2 and 3 also run with the causal mask flipped, in rows labelled by their mask and
+// checked against their own float64 oracle, so that the timing table shows what block pruning saves (those rows are
+// never saved).
 //
 // Run: build/bin/phase3_forward_4d                              (class defaults: B=1 H=4 S=1024 D=64, all steps)
+//      build/bin/phase3_forward_4d --compare-causal              (steps 2 and 3 causal and not, side by side)
 //      build/bin/phase3_forward_4d --step 3 --B 4 --H 16 --S 4096 --check-heads 2
 //      build/bin/phase3_forward_4d --causal --Sq 500 --Sk 1000  (naive causal; step 1 has no causal mask, skipped)
 #include "fa_driver.h"
@@ -24,6 +27,7 @@ static const fa_cli_spec SPEC = {
     .default_block_m = 64,
     .default_block_n = 32,
     .max_step = 3,
+    .has_compare_causal = 1,
     .cuda_head_dims = CUDA_HEAD_DIMS,
 };
 
@@ -77,7 +81,8 @@ typedef struct {
     double upload_ms;
 } device_buffers;
 
-// The two variants steps 2 and 3 run: the shape as asked, and the same shape with causal flipped.
+// The variants steps 2 and 3 run: the shape as asked, and (--compare-causal) the same shape with causal flipped,
+// whose options have no --save-dir: only the problem asked for is ever saved.
 typedef struct {
     const fa_options *opt;
     const fa_reference *ref;
@@ -124,7 +129,7 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
             impl.extra_what = "S, P";
             fa_forward_outputs(&impl, shape, var->ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
                                dev->is_cuda ? dev->lse : NULL);
-            fa_check_and_time(report, opt, var->ref, &impl);
+            fa_check_and_time(report, vopt, var->ref, &impl);
         }
         if (dev->is_cuda) {
 #if FA_HAVE_CUDA
@@ -149,7 +154,7 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
     const int with_lse = step == 3;
     fa_forward_outputs(&impl, shape, var->ref, dev->o_host, dev->is_cuda ? dev->o : NULL,
                        with_lse ? dev->lse_host : NULL, with_lse && dev->is_cuda ? dev->lse : NULL);
-    fa_check_and_time(report, opt, var->ref, &impl);
+    fa_check_and_time(report, vopt, var->ref, &impl);
 
     // What the pruning saved, counted by the CPU kernel itself.
     if (!dev->is_cuda && step == 3 && shape->causal) {
@@ -161,7 +166,7 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
     }
 }
 
-// Every row the options ask for, on one device: naive, then the steps, non-causal before causal.
+// Every row the options ask for, on one device: naive, then the steps, each step as asked before its flipped twin.
 static void run_device(fa_report *report, const fa_options *opt, const variant vars[2], const device_buffers *dev) {
     const variant *asked = &vars[0], *flipped = &vars[1];
     run_row(report, opt, asked, dev, 0);
@@ -171,9 +176,8 @@ static void run_device(fa_report *report, const fa_options *opt, const variant v
             if (!opt->shape.causal) run_row(report, opt, asked, dev, 1);
             continue;
         }
-        const variant *first = opt->shape.causal ? flipped : asked, *second = opt->shape.causal ? asked : flipped;
-        run_row(report, opt, first, dev, step);
-        run_row(report, opt, second, dev, step);
+        run_row(report, opt, asked, dev, step);
+        if (flipped->opt) run_row(report, opt, flipped, dev, step);
     }
 }
 
@@ -191,16 +195,18 @@ int main(int argc, char **argv) {
     if (opt.shape.causal && (opt.step == 0 || opt.step == 1))
         fa_report_add_note(&report, "step 1 rows not run: step 1 has no causal mask (step 2 adds it)");
 
-    // The options as asked, and a copy with causal flipped (steps 2 and 3 run both), each with its own oracle.
+    // The options as asked, and with --compare-causal a copy with causal flipped and nothing saved, each with its
+    // own oracle.
     fa_options flipped_opt = opt;
     flipped_opt.shape.causal = !opt.shape.causal;
-    const int need_flipped = opt.step != 1;
+    flipped_opt.save_dir = NULL;
+    const int need_flipped = opt.compare_causal && opt.step != 1;
     fa_inputs in;
     fa_make_inputs(&opt, 0, &in);
     fa_reference ref, flipped_ref;
     fa_make_reference(&opt, &in, 0, &ref);
     if (need_flipped) fa_make_reference(&flipped_opt, &in, 0, &flipped_ref);
-    const variant vars[2] = {{&opt, &ref}, {&flipped_opt, need_flipped ? &flipped_ref : NULL}};
+    const variant vars[2] = {{&opt, &ref}, {need_flipped ? &flipped_opt : NULL, need_flipped ? &flipped_ref : NULL}};
 
     float *o = fa_alloc_floats(fa_numel_q(&opt.shape), "O");
     float *lse = fa_alloc_floats(fa_numel_lse(&opt.shape), "LSE");

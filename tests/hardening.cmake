@@ -97,7 +97,8 @@ function(fa_add_stress_test)
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${labels}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
 endfunction()
 
-# Broken q.npy files, each refused with exit 2 and one line naming the problem (k, v, do are valid). The shape is
+# Broken q.npy files, each refused with exit 2 and one line naming the problem (k, v, do are valid). The runs give
+# the shape as flags too, so a file whose shape disagrees is refused as contradicting them. The shape is
 # small; the phases share the reader, so phase 1 and the 4-D phases test it through their own binaries.
 set(bad_file_cases
   "bad_truncated_header|npy header is truncated"
@@ -105,10 +106,10 @@ set(bad_file_cases
   "bad_dtype|dtype is not little-endian float32 or float64"
   "bad_big_endian|dtype is not little-endian float32 or float64"
   "bad_fortran|Fortran order"
-  "bad_rank|has shape \\(2,8,16\\), the run expects \\(1,2,8,16\\)"
-  "bad_shape|has shape \\(1,2,9,16\\), the run expects \\(1,2,8,16\\)"
+  "bad_rank|q.npy and k.npy must be \\[B, H, S, D\\] arrays \\(they have 3 and 4 dimensions\\)"
+  "bad_shape|--Sq 8 contradicts .*q.npy, which holds 9"
   "bad_huge_shape|declared shape is too large"
-  "bad_huge_declared|has shape \\(1,2,34359738368,16\\), the run expects"
+  "bad_huge_declared|--Sq 8 contradicts .*q.npy, which holds 34359738368"
   "bad_magic|not a .npy file \\(bad magic\\)"
   "bad_empty|not a .npy file \\(bad magic\\)"
   "bad_nul|header contains a NUL byte"
@@ -137,8 +138,9 @@ set(stress_flag_cases
 # fa_add_hardening_suite(<prefix> <binary> D <d> [TWO_D] [NO_LSE] [BOTH_VARIANTS] [EXTRA <flags...>])
 # Adds, for one forward binary, the bad-file cases, the flag cases above and the .npy cases below, on the CPU and with
 # the same expectations on the GPU. TWO_D: the phase works on one [N, d] head (B = H = 1, no causal). NO_LSE: none of
-# its implementations outputs LSE. BOTH_VARIANTS: every run prints causal rows (labelled "(causal)") and non-causal
-# rows side by side (phase 3), so one run per case checks both expectations. EXTRA: flags every run needs.
+# its implementations outputs LSE. BOTH_VARIANTS: with --compare-causal (in EXTRA) every run prints causal rows
+# (labelled "(causal)") and non-causal rows side by side (phase 3), so one run per case checks both expectations.
+# EXTRA: flags every run needs.
 #
 # The .npy cases run at B = 1, H = 2 (1 for TWO_D), S = 16, D = d, with the value planted in the last head at row 5,
 # column 3 (tests/stress/make_inputs.c). The expected NaN/Inf counts are what the math gives: a NaN query row 5 makes
@@ -333,7 +335,7 @@ endfunction()
 # One call per phase binary; a phase whose binary is not built yet adds nothing (fa_add_stress_test checks).
 fa_add_hardening_suite(hardening_phase1 phase1_naive D 16)
 fa_add_hardening_suite(hardening_phase2 phase2_online_softmax D 16 TWO_D)
-fa_add_hardening_suite(hardening_phase3 phase3_forward_4d D 16 BOTH_VARIANTS)
+fa_add_hardening_suite(hardening_phase3 phase3_forward_4d D 16 BOTH_VARIANTS EXTRA --compare-causal)
 fa_add_backward_hardening_suite(hardening_phase4 phase4_backward)
 
 # --- 64-bit sizes ----------------------------------------------------------------------------------------------------

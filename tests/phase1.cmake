@@ -41,12 +41,6 @@ fa_add_bad_input_test(NAME phase1_bad_out_of_memory LABEL phase1 BINARY phase1_n
 # --save-dir writes .npy files; --load-dir reproduces the run bit for bit; a mismatched file is refused.
 add_test(NAME phase1_save_load
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase1_naive> -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase1_save_load
-                 "-DPYTHON=${Python3_EXECUTABLE}" -DCHECKER=${CMAKE_CURRENT_SOURCE_DIR}/check_npy_numpy.py
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/save_load.cmake)
 set_tests_properties(phase1_save_load PROPERTIES LABELS "phase1;cpu")
-# NumPy reads the saved files as they are (skipped where NumPy is not installed).
-add_test(NAME phase1_npy_numpy
-         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase1_naive> -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase1_npy_numpy
-                 "-DPYTHON=${Python3_EXECUTABLE}" -DCHECKER=${CMAKE_CURRENT_SOURCE_DIR}/check_npy_numpy.py
-                 -DNUMPY_ONLY=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/save_load.cmake)
-set_tests_properties(phase1_npy_numpy PROPERTIES LABELS "phase1;cpu" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+fa_add_saved_numpy_tests(LABEL phase1 BINARY phase1_naive)

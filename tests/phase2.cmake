@@ -66,3 +66,6 @@ fa_add_bad_input_test(NAME phase2_bad_block_zero LABEL phase2 BINARY phase2_onli
 fa_add_bad_input_test(NAME phase2_bad_causal LABEL phase2 BINARY phase2_online_softmax ARGS --causal)
 fa_add_bad_input_test(NAME phase2_bad_batch LABEL phase2 BINARY phase2_online_softmax ARGS --B 2)
 fa_add_bad_input_test(NAME phase2_bad_step LABEL phase2 BINARY phase2_online_softmax ARGS --step 1)
+
+# --save-dir saves the problem the flags describe: NumPy's own attention on the saved inputs agrees.
+fa_add_saved_numpy_tests(LABEL phase2 BINARY phase2_online_softmax TWO_D)

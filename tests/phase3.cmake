@@ -79,3 +79,7 @@ fa_add_bad_input_test(NAME phase3_bad_tiles_cuda_128x32 LABEL phase3 BINARY phas
                       ARGS --block-m 128 --block-n 32)
 fa_add_bad_input_test(NAME phase3_bad_block_zero LABEL phase3 BINARY phase3_forward_4d ARGS --impl cpu --block-n 0)
 fa_add_bad_input_test(NAME phase3_bad_H_zero LABEL phase3 BINARY phase3_forward_4d ARGS --H 0)
+
+# --save-dir saves the problem the flags describe: NumPy's own attention on the saved inputs agrees.
+# With --compare-causal the flipped rows run too, and still only the problem asked for is saved.
+fa_add_saved_numpy_tests(LABEL phase3 BINARY phase3_forward_4d ARGS --compare-causal)

@@ -77,7 +77,6 @@ fa_add_bad_input_test(NAME phase4_bad_step LABEL phase4 BINARY phase4_backward A
 # --save-dir writes do, dq, dk, dv besides the inputs and O, LSE; --load-dir reproduces the run bit for bit.
 add_test(NAME phase4_save_load
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase4_backward> -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase4_save_load
-                 "-DPYTHON=${Python3_EXECUTABLE}" -DCHECKER=${CMAKE_CURRENT_SOURCE_DIR}/check_npy_numpy.py
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/save_load.cmake)
 set_tests_properties(phase4_save_load PROPERTIES LABELS "phase4;cpu" FIXTURES_SETUP phase4_saved)
 # The gradients of the saving run and of the loading run are the same files (at this shape each dQ row gets one
@@ -88,8 +87,4 @@ foreach(name do dq dk dv)
                    ${CMAKE_CURRENT_BINARY_DIR}/phase4_save_load/b/${name}.npy)
   set_tests_properties(phase4_save_load_${name} PROPERTIES LABELS "phase4;cpu" FIXTURES_REQUIRED phase4_saved)
 endforeach()
-add_test(NAME phase4_npy_numpy
-         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase4_backward> -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase4_npy_numpy
-                 "-DPYTHON=${Python3_EXECUTABLE}" -DCHECKER=${CMAKE_CURRENT_SOURCE_DIR}/check_npy_numpy.py
-                 -DNUMPY_ONLY=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/save_load.cmake)
-set_tests_properties(phase4_npy_numpy PROPERTIES LABELS "phase4;cpu" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+fa_add_saved_numpy_tests(LABEL phase4 BINARY phase4_backward)

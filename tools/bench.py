@@ -59,10 +59,10 @@ SWEEP = (
     Entry("phase1_naive", "naive attention: S and P materialised", cpu_max_S=4096),
     Entry("phase2_online_softmax", "online softmax, one [N, d] head (with naive on the same input)", cpu_max_S=4096,
           causal=(False,), two_d=True),
-    # One phase 3 run with --step all times naive, step 1, and steps 2 and 3 both non-causal and causal ("step 2
-    # (causal)"): running it again with --causal would only repeat those rows.
+    # One phase 3 run with --step all --compare-causal times naive, step 1, and steps 2 and 3 both non-causal and
+    # causal ("step 2 (causal)"): running it again with --causal would only repeat those rows.
     Entry("phase3_forward_4d", "4D forward: step 1 grid, step 2 causal pruning, step 3 LSE (with naive)",
-          cpu_max_S=2048, flags=("--step", "all"), causal=(False,)),
+          cpu_max_S=2048, flags=("--step", "all", "--compare-causal"), causal=(False,)),
     Entry("phase4_backward", "backward: dQ, dK, dV from LSE, deterministic and atomic dQ (with naive)",
           cpu_max_S=1024, flags=("--dq", "both")),
 )

@@ -1,0 +1,21 @@
+# Runs BINARY with ARGS (separated by |) and --save-dir DIR, then CHECKER (check_npy_numpy.py) on DIR with PYTHON:
+# the saved outputs must be attention of the saved inputs, of the problem the flags asked for (causal or not).
+# Reports "SKIPPED:" (the test's skip pattern) when the binary skips (no GPU: exit 77) or NumPy is missing.
+file(REMOVE_RECURSE ${DIR})
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND ${BINARY} ${args} --save-dir ${DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 77)
+  message(FATAL_ERROR "SKIPPED: ${out}")
+elseif(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the saving run failed with ${rc}:\n${out}\n${err}")
+endif()
+if(NOT PYTHON)
+  message(FATAL_ERROR "SKIPPED: no Python interpreter")
+endif()
+execute_process(COMMAND ${PYTHON} ${CHECKER} ${DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 77)
+  message(FATAL_ERROR "SKIPPED: NumPy is not installed")
+elseif(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the saved files are not what the flags asked for:\n${out}\n${err}")
+endif()
+message(STATUS "${out}")
