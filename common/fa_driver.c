@@ -271,7 +271,7 @@ static void add_timing_row(fa_report *report, const fa_implementation *impl, con
     row.median_ms = t.median_ms;
     row.min_ms = t.min_ms;
     row.flops = impl->flops;
-    row.extra_bytes = impl->extra_bytes;
+    row.extra_bytes = impl->extra_bytes + threads * impl->extra_bytes_per_thread;
     row.copy_ms = copy_ms;
     char check_label[64];
     snprintf(check_label, sizeof check_label, "%s %s", impl->label, impl->is_cuda ? "cuda" : "cpu");

@@ -53,6 +53,7 @@ typedef struct {
     int n_outputs;
     double flops;
     int64_t extra_bytes;        // memory beyond inputs and outputs
+    int64_t extra_bytes_per_thread;   // CPU: what each thread adds to it (its tiles): a row run on N threads needs N
     const char *extra_what;     // what it is, e.g. "S, P"
     int block_m, block_n;
     int causal;                 // for the timing table (a driver may run causal and non-causal side by side)

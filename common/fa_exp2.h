@@ -39,8 +39,10 @@ static inline float fa_exp2(float x) {
     p = p * f + 2.4022651e-1f;
     p = p * f + 6.9314721e-1f;
     p = p * f + 1.0f;
-    // 2^n: put n + 127 into the exponent field (bits 23..30). n = -127 gives the bits of +0.0f.
-    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    // 2^n: put n + 127 into the exponent field (bits 23..30). n = -127 gives the bits of +0.0f. A NaN x has a NaN n,
+    // and converting NaN to an integer is undefined behaviour: it takes n = 0 instead (p is NaN already).
+    const float n_finite = n == n ? n : 0.0f;
+    const uint32_t bits = (uint32_t)((int32_t)n_finite + 127) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);   // reinterpret the bits; compilers turn this into a register move
     return p * two_n;

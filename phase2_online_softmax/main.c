@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
         run_args args = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, NULL, NULL, o, NULL};
         fa_implementation impl = {
             .label = "online softmax", .run = run_flash_cpu, .ctx = &args, .flops = fa_flops_forward(shape),
-            .extra_bytes = opt.threads * flash_forward_2d_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
+            .extra_bytes_per_thread = flash_forward_2d_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
             .extra_what = "per-thread tiles", .block_m = opt.block_m, .block_n = opt.block_n};
         fa_forward_outputs(&impl, shape, &ref, o, NULL, NULL, NULL);
         fa_check_and_time(&report, &opt, &ref, &impl);

@@ -163,13 +163,14 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
     // Extra memory: Delta, and on the CPU each thread's tiles (on the GPU the tiles live in shared memory).
     const int64_t dkdv_ws = backward_dkdv_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
     const int64_t dq_ws = backward_dq_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
-    const int64_t extra = fa_numel_lse(s) * (int64_t)sizeof(float) +
-                          (is_cuda ? 0 : opt->threads * (dkdv_ws > dq_ws ? dkdv_ws : dq_ws));
+    const int64_t extra = fa_numel_lse(s) * (int64_t)sizeof(float);   // Delta
+    const int64_t per_thread = is_cuda ? 0 : (dkdv_ws > dq_ws ? dkdv_ws : dq_ws);
     for (int m = 0; m < 2; m++) {
         if (!(opt->dq_mode & modes[m])) continue;
         backward_args args = {s, opt->block_m, opt->block_n, modes[m], t};
         fa_implementation impl = {.label = labels[m], .is_cuda = is_cuda, .ctx = &args,
                                   .flops = fa_flops_backward(s), .extra_bytes = extra,
+                                  .extra_bytes_per_thread = per_thread,
                                   .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
                                   .block_m = opt->block_m, .block_n = opt->block_n,
                                   .causal = s->causal, .upload_ms = upload_ms};
@@ -258,7 +259,7 @@ int main(int argc, char **argv) {
         forward_args fwd = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, o, lse, lse_residual};
         fa_implementation forward = {
             .label = FORWARD_LABEL, .run = run_forward_cpu, .ctx = &fwd, .flops = fa_flops_forward(shape),
-            .extra_bytes = opt.threads * flash_forward_lse_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
+            .extra_bytes_per_thread = flash_forward_lse_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
             .extra_what = "per-thread tiles", .block_m = opt.block_m, .block_n = opt.block_n,
             .causal = shape->causal};
         fa_forward_outputs(&forward, shape, &ref, o, NULL, lse, NULL);
