@@ -7,6 +7,7 @@
 // Every kernel covers (b, h) with blockIdx.z (or loops over rows) and reads and writes HBM directly: P and dP/dS are
 // written whole by one kernel and read whole by the next, 2 * Sq * Sk floats per head that phase 4 never stores.
 #include "fa_cuda_check.h"
+#include "fa_warp.cuh"
 #include "naive_backward.h"
 
 #include <math.h>
@@ -32,11 +33,6 @@ __global__ void dprobs_kernel(const float *dout, const float *v, float *dprobs, 
             dprobs[(bh * Sq + i) * Sk + j] = dot;
         }
     }
-}
-
-__device__ float warp_sum(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
 }
 
 // dS = P * (dP - Delta) over dP, one warp per row (bh, i); Delta_i = dO_i . O_i is summed by the warp first.

@@ -7,6 +7,7 @@
 // HBM by the first kernel, read and P written by the second, P read by the third. That traffic, 4 * Sq * Sk floats
 // per head, is what FlashAttention removes.
 #include "fa_cuda_check.h"
+#include "fa_warp.cuh"
 #include "naive.h"
 
 #include <math.h>
@@ -35,16 +36,6 @@ __global__ void scores_kernel(const float *q, const float *k, float *scores, int
             *s = scale * dot;
         }
     }
-}
-
-// Sum (or max) across the 32 lanes of a warp; every lane gets the result.
-__device__ float warp_sum(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
-__device__ float warp_max(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    return x;
 }
 
 // P = softmax(S) for one row per warp, and LSE. The warp's 32 lanes stride over the row together.

@@ -5,14 +5,11 @@
 #include "backward.h"
 #include "backward_cuda.cuh"
 #include "fa_cuda_check.h"
+#include "fa_warp.cuh"
 
 #define PREPROCESS_WARPS 4            // rows per block of the preprocess: one warp per row
 #define PREPROCESS_MAX_BLOCKS 65536   // enough blocks to fill any GPU; the rest of the rows loop inside the kernel
 
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(FULL_WARP, x, offset);
-    return x;
-}
 
 // Delta_i = sum_d dO[i][d] * O[i][d], one warp per row (b, h, i); its lanes stride over d, coalesced. With zero_dq it
 // also sets dQ row i to zero, for the atomic variant to add into.
