@@ -82,6 +82,57 @@ static void test_verify(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// A tensor whose exact value is zero (dQ with all keys equal): errors are measured against the size of the terms
+// that were summed, so float32 rounding passes, and one wrong element fails; and the ratio rule against a reference.
+static void test_verify_zero_tensor(void) {
+    const int64_t dims[4] = {1, 2, 8, 4};
+    const int64_t n = 64;
+    float *got = malloc(n * sizeof(float));
+    double *want = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) want[i] = 1e-17 * (double)(i % 3 - 1);   // the oracle's zero: its own rounding
+    fa_fill_random(got, n, 3, 1, 3e-8f);          // what float32 sums of terms of size ~0.5 leave behind
+    const double terms = 0.5;                     // the size of the terms (fa_oracle_magnitudes' scale)
+
+    fa_check c = fa_verify_results_scaled("zero dQ", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD, terms);
+    EXPECT(c.pass && c.scale == terms);
+    // Measured against its own largest value (1e-17), the same correct tensor would fail: why the scale exists.
+    c = fa_verify_results("zero dQ, no scale", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD);
+    EXPECT(!c.pass);
+
+    got[13] = 1e-3f;                              // one wrong element, small in absolute terms
+    c = fa_verify_results_scaled("zero dQ, one wrong", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD, terms);
+    EXPECT(!c.pass && c.worst[1] == 0 && c.worst[2] == 3 && c.worst[3] == 1);
+
+    // FlashAttention's rule: 3x a reference's error passes, 3.5x fails; a failed reference gives no bound; and a
+    // reference that happens to be exact leaves a floor of one float32 epsilon of the scale.
+    fa_fill_random(got, n, 3, 1, 3e-6f);          // errors well above the floor, so that the factor decides
+    fa_check result = fa_verify_results_scaled("flash", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD, terms);
+    fa_check reference = result;
+    reference.max_abs_err = result.max_abs_err / 3.0;
+    fa_check ruled = result;
+    fa_check_against_reference(&ruled, &reference, 3.0);
+    EXPECT(ruled.pass && ruled.ref_err == reference.max_abs_err);
+    reference.max_abs_err = result.max_abs_err / 3.5;
+    ruled = result;
+    fa_check_against_reference(&ruled, &reference, 3.0);
+    EXPECT(!ruled.pass);
+    reference.pass = 0;
+    reference.max_abs_err = result.max_abs_err;
+    ruled = result;
+    fa_check_against_reference(&ruled, &reference, 3.0);
+    EXPECT(!ruled.pass);
+    reference.pass = 1;
+    reference.max_abs_err = 0.0;
+    for (int64_t i = 0; i < n; i++) got[i] = 0.0f;
+    got[5] = (float)(0.5 * FA_REFERENCE_FLOOR * terms);
+    ruled = fa_verify_results_scaled("one rounding", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD, terms);
+    fa_check_against_reference(&ruled, &reference, 3.0);
+    EXPECT(ruled.pass);
+    free(got);
+    free(want);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 static void write_bytes(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
     fwrite(data, 1, len, f);
@@ -341,6 +392,7 @@ int main(int argc, char **argv) {
     }
     const char *dir = argc > 2 ? argv[2] : "test_common_tmp";
     if (strcmp(argv[1], "verify") == 0) test_verify();
+    else if (strcmp(argv[1], "verify_zero_tensor") == 0) test_verify_zero_tensor();
     else if (strcmp(argv[1], "npy") == 0) test_npy(dir);
     else if (strcmp(argv[1], "oracle_hand") == 0) test_oracle_hand();
     else if (strcmp(argv[1], "oracle_gradcheck") == 0) test_oracle_gradcheck();

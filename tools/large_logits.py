@@ -7,6 +7,7 @@ forward's P), and, where PyTorch is installed, prints the max abs error against 
 and memory-efficient attention on the same inputs, measured the same way.
 
 Usage: tools/large_logits.py [--bin build/bin] [--dir DIR] [--B 2 --H 2 --S 333 --D 16] [--seed 0] [--impl all]
+                             [--no-pytorch]
 Needs NumPy; PyTorch is optional (its rows are left out without it, or without a GPU)."""
 import argparse
 import pathlib
@@ -22,6 +23,7 @@ parser.add_argument("--dir", default=None, help="where the inputs go (default: a
 for name, default in (("B", 2), ("H", 2), ("S", 333), ("D", 16), ("seed", 0)):
     parser.add_argument(f"--{name}", type=int, default=default)
 parser.add_argument("--impl", default="all")
+parser.add_argument("--no-pytorch", action="store_true", help="the suite's rows only (the tests use this)")
 args = parser.parse_args()
 
 folder = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="large_logits_"))
@@ -36,6 +38,8 @@ for name, x in inputs.items():
 command = [f"{args.bin}/phase4_backward", "--load-dir", str(folder), "--causal", "--impl", args.impl, "--iters", "0"]
 print("$ " + " ".join(command), flush=True)
 status = subprocess.run(command).returncode
+if args.no_pytorch:
+    sys.exit(status)
 
 try:
     import torch
