@@ -24,6 +24,7 @@ typedef struct {
     int max_step;                 // > 0: accepts --step 1..max_step|all (phase 3)
     int has_dq_mode;              // accepts --dq deterministic|atomic|both (phase 4)
     const int *cuda_head_dims;    // head dims the CUDA kernels support, ending with 0; NULL = any
+    int has_dtype;                // accepts --dtype fp32|fp16|bf16 (phase 5)
 } fa_cli_spec;
 
 typedef struct {
@@ -39,6 +40,7 @@ typedef struct {
     int dq_mode;                  // phase 4
     int argc;                     // the command line, kept for --save-dir's command.txt
     char **argv;
+    int dtype;                    // FA_DTYPE_FP32 (default), FA_DTYPE_FP16 or FA_DTYPE_BF16 (fa_half.h)
 } fa_options;
 
 // Parses argv. Prints --help and exits 0; prints one line and exits 2 on anything it cannot accept.
