@@ -1,7 +1,7 @@
 # Thin wrapper around CMake so that a fresh clone needs only `make` and `make test`.
 #   make              configure, build, and run the class demo (every phase, CPU and GPU)
 #   make test         build and run every test (GPU tests report "skipped" on a machine without a GPU)
-#   make test-phase3  one phase's tests (also test-common, test-phase1..4, test-tools, test-docs, test-gpu)
+#   make test-phase3  one phase's tests (also test-common, test-phase1..5, test-tools, test-docs, test-gpu)
 #   make bench        the benchmark sweep (tools/), results in build/bench/
 #   make plots        figures from build/bench/results.csv
 #   make sanitize     the CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)
