@@ -154,7 +154,9 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
         for (int r = 0; r < ROWS; r++)
 #pragma unroll
             for (int c = 0; c < KEYS; c++) s[r][c] = 0.0f;
-#pragma unroll 4
+        // Not unrolled: unrolling would let the compiler load the next float4s early, in registers that two blocks
+        // per SM (128 registers a thread) do not have; the other warps of the SM hide the loads' latency instead.
+#pragma unroll 1
         for (int d4 = 0; d4 < D4; d4++) {
             float4 k4[KEYS];
 #pragma unroll
@@ -182,7 +184,6 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
 
         // The online softmax, row by row. A row's max: each thread's KEYS scores, then the 16 threads of the row
         // (lanes that differ in their lowest 4 bits) exchange theirs with butterfly shuffles, 4 steps.
-        float alpha[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
             float m_tile = -INFINITY;
@@ -203,9 +204,16 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
             // Everything accumulated so far was relative to the old max: alpha moves it to the new one. The row
             // sum needs no shuffle here: every thread keeps its share, rescaled by the same alpha, and the 16
             // shares are added once, at the end.
-            alpha[r] = exp2f(m_i[r] - m_use);
-            l_i[r] = l_i[r] * alpha[r] + row_sum;
+            const float alpha = exp2f(m_i[r] - m_use);
+            l_i[r] = l_i[r] * alpha + row_sum;
             m_i[r] = m_new;
+#pragma unroll
+            for (int c = 0; c < O_CHUNKS; c++) {
+                acc[r][c].x *= alpha;
+                acc[r][c].y *= alpha;
+                acc[r][c].z *= alpha;
+                acc[r][c].w *= alpha;
+            }
         }
 
         // P to shared memory, transposed (a row of p_tile per key), 4 rows of a thread in one float4.
@@ -217,17 +225,8 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
                     make_float4(s[r][c], s[r + 1][c], s[r + 2][c], s[r + 3][c]);
         __syncthreads();
 
-        // acc = acc * alpha + P V_tile: per key j, ROWS / 4 float4s of P (a broadcast) and O_CHUNKS of V, then
-        // ROWS * O_CHUNKS * 4 multiply-adds.
-#pragma unroll
-        for (int r = 0; r < ROWS; r++)
-#pragma unroll
-            for (int c = 0; c < O_CHUNKS; c++) {
-                acc[r][c].x *= alpha[r];
-                acc[r][c].y *= alpha[r];
-                acc[r][c].z *= alpha[r];
-                acc[r][c].w *= alpha[r];
-            }
+        // acc += P V_tile (acc was rescaled above): per key j, ROWS / 4 float4s of P (a broadcast) and O_CHUNKS of
+        // V, then ROWS * O_CHUNKS * 4 multiply-adds.
 #pragma unroll 8
         for (int j = 0; j < BLOCK_N; j++) {
             float4 v4[O_CHUNKS];
