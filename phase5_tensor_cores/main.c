@@ -6,11 +6,14 @@
 // Run: build/bin/phase5_tensor_cores                              (class defaults: B=1 H=4 S=1024 D=64, every step)
 //      build/bin/phase5_tensor_cores --step 1 --B 4 --H 16 --S 4096 --D 128 --causal --check-heads 2
 //      build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1
+//      build/bin/phase5_tensor_cores --dtype bf16 --step 3 --B 4 --H 16 --S 4096 --D 128 --check-heads 2
 #include "fa_driver.h"
 #include "fa_gpu.h"
+#include "fa_half.h"
 #include "fa_tensor.h"
 #include "forward4d.h"
 #include "register_tiles.h"
+#include "tensor_cores.h"
 #if FA_HAVE_BLAS
 #include "naive_blas.h"
 #endif
@@ -30,6 +33,7 @@ static const fa_cli_spec SPEC = {
     .default_block_n = 64,
     .max_step = 3,
     .cuda_head_dims = CUDA_HEAD_DIMS,
+    .has_dtype = 1,   // steps 2 and 3 compute in fp16 or bf16; the float32 rows run on the same rounded inputs
 };
 
 // What every row of the tables gets: the problem, the contiguous [B, H, S, D] tensors (host or device) and the
@@ -41,6 +45,8 @@ typedef struct {
     const float *q, *k, *v;
     float *o, *lse;
     float *scores;                      // naive with BLAS: S of one head, [Sq, Sk]
+    int dtype;                          // steps 2 and 3: the inputs' half type, and the same Q, K, V in it
+    const void *q_half, *k_half, *v_half;
 } row_args;
 
 static void run_lse_cpu(void *p) {
@@ -52,6 +58,16 @@ static void run_regtile_cpu(void *p) {
     const row_args *a = p;
     flash_forward_regtile_cpu(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
                               a->kv_strides, a->o, a->q_strides, a->lse);
+}
+static void run_mma_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_mma_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                          a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+}
+static void run_pipeline_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                               a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
 }
 #if FA_HAVE_BLAS
 static void run_naive_blas_cpu(void *p) {
@@ -74,6 +90,21 @@ static void run_regtile_cuda(void *p) {
 #define run_lse_cuda NULL
 #define run_regtile_cuda NULL
 #endif
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+static void run_mma_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_mma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                           a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse);
+}
+static void run_pipeline_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                                a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse);
+}
+#else
+#define run_mma_cuda NULL        // no architecture of this build is sm_80 or newer (phase5_tensor_cores/CMakeLists.txt)
+#define run_pipeline_cuda NULL
+#endif
 
 // The rows, in the order they are printed. step 0 marks a baseline, run whatever --step says; a step row runs when
 // --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side.
@@ -87,21 +118,26 @@ typedef struct {
     int64_t (*cuda_smem_bytes)(int64_t D, int block_m, int block_n);   // NULL: not reported
     int (*cuda_supports_tiles)(int block_m, int block_n);
     const char *cuda_tiles_text;
+    int half;           // steps 2 and 3: fp16/bf16 inputs, run with --dtype fp16|bf16, checked by the half rule
 } row_kind;
 
 static const row_kind ROWS[] = {
 #if FA_HAVE_BLAS
-    {"naive BLAS", 0, run_naive_blas_cpu, NULL, 1, NULL, NULL, NULL, NULL},
+    {"naive BLAS", 0, run_naive_blas_cpu, NULL, 1, NULL, NULL, NULL, NULL, 0},
 #endif
     {"phase 3 step 3", 0, run_lse_cpu, run_lse_cuda, 0, flash_forward_lse_cpu_workspace_bytes, NULL,
-     flash4d_cuda_supports_tiles, FLASH4D_CUDA_TILES_TEXT},
+     flash4d_cuda_supports_tiles, FLASH4D_CUDA_TILES_TEXT, 0},
     {"step 1 register tiles", 1, run_regtile_cpu, run_regtile_cuda, 0, flash_forward_regtile_cpu_workspace_bytes,
-     flash_forward_regtile_cuda_smem_bytes, regtile_cuda_supports_tiles, REGTILE_CUDA_TILES_TEXT},
-    // Steps 2 (mma.sync) and 3 (pipeline) add their rows here.
+     flash_forward_regtile_cuda_smem_bytes, regtile_cuda_supports_tiles, REGTILE_CUDA_TILES_TEXT, 0},
+    {"step 2 mma", 2, run_mma_cpu, run_mma_cuda, 0, flash_forward_mma_cpu_workspace_bytes,
+     flash_forward_mma_cuda_smem_bytes, tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
+    {"step 3 pipeline", 3, run_pipeline_cpu, run_pipeline_cuda, 0, flash_forward_pipeline_cpu_workspace_bytes,
+     flash_forward_pipeline_cuda_smem_bytes, tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
 static int row_selected(const fa_options *opt, const row_kind *row) {
+    if (row->half && opt->dtype == FA_DTYPE_FP32) return 0;   // steps 2 and 3 need --dtype fp16|bf16
     return row->step == 0 || opt->step == 0 || opt->step == row->step;
 }
 
@@ -112,6 +148,8 @@ typedef struct {
     float *o, *lse;            // host or device
     float *o_host, *lse_host;  // where fa_check_and_time brings the results
     double upload_ms;
+    const void *q_half, *k_half, *v_half;   // --dtype fp16|bf16: the inputs in that type (host or device)
+    const fa_half_rule *rule;               // and the rule the half rows are checked by
 } device_buffers;
 
 // Runs, checks and times one row on one device.
@@ -126,6 +164,13 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
                               .run = dev->is_cuda ? row->cuda : row->cpu, .flops = fa_flops_forward(shape),
                               .causal = shape->causal, .upload_ms = dev->upload_ms,
                               .block_m = opt->block_m, .block_n = opt->block_n};
+    char half_label[48];
+    if (row->half) {
+        args.dtype = opt->dtype;
+        args.q_half = dev->q_half, args.k_half = dev->k_half, args.v_half = dev->v_half;
+        snprintf(half_label, sizeof half_label, "%s %s", row->label, fa_dtype_name(opt->dtype));
+        impl.label = half_label;
+    }
     if (dev->is_cuda) {
         impl.extra_what = "shared memory per block";
         if (row->cuda_smem_bytes) impl.extra_bytes = row->cuda_smem_bytes(shape->D, opt->block_m, opt->block_n);
@@ -149,8 +194,12 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
         impl.extra_bytes = opt->threads * row->cpu_workspace_bytes(shape->D, opt->block_m, opt->block_n);
         impl.extra_what = "per-thread tiles";
     }
-    fa_forward_outputs(&impl, shape, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
-                       dev->is_cuda ? dev->lse : NULL);
+    if (row->half)
+        fa_half_forward_outputs(&impl, shape, ref, dev->rule, dev->o_host, dev->is_cuda ? dev->o : NULL,
+                                dev->lse_host, dev->is_cuda ? dev->lse : NULL);
+    else
+        fa_forward_outputs(&impl, shape, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
+                           dev->is_cuda ? dev->lse : NULL);
     fa_check_and_time(report, opt, ref, &impl);
     free(args.scores);
 }
@@ -168,13 +217,18 @@ int main(int argc, char **argv) {
     fa_parse_options(argc, argv, &SPEC, &opt);
     int step_built = opt.step == 0;
     for (int r = 0; r < N_ROWS; r++) step_built |= ROWS[r].step == opt.step;
-    if (!step_built) fa_die("--step %d is not built yet (steps built: 1)", opt.step);
+    if (!step_built) fa_die("--step %d is not built yet (steps built: 1, 2, 3)", opt.step);
+    if (opt.step >= 2 && opt.dtype == FA_DTYPE_FP32)
+        fa_die("--step %d computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16", opt.step);
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
         if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->cuda &&
             !row->cuda_supports_tiles(opt.block_m, opt.block_n))
             fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
                    "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
+        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->half && !tc_cuda_supports_head_dim(opt.shape.D))
+            fa_die("the tensor-core kernels of %s take D = 64 or 128 (got %lld); use --impl cpu for other sizes",
+                   row->label, (long long)opt.shape.D);
     }
 
     fa_report report;
@@ -185,16 +239,34 @@ int main(int argc, char **argv) {
         fa_report_add_note(&report, "naive BLAS row skipped: this build found no BLAS (install OpenBLAS, e.g. "
                                     "libopenblas-openmp-dev, and configure again)");
 #endif
+    if (opt.dtype == FA_DTYPE_FP32 && opt.step == 0)
+        fa_report_add_note(&report, "step 2 and 3 rows not run: they compute in half precision (--dtype fp16|bf16)");
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+    char why[256];
+    if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1 && tc_cuda_check_device(why, sizeof why) != 0)
+        fa_die("%s", why);
+#else
+    if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1)
+        fa_report_add_note(&report, "step 2 and 3 GPU rows not built: this build has no architecture of sm_80 or newer");
+#endif
 
+    // With --dtype fp16|bf16 the inputs are rounded to that type (every row and the oracle see the same numbers);
+    // the half rows read them in that type and are checked by the half-precision rule.
     fa_inputs in;
     fa_make_inputs(&opt, 0, &in);
     fa_reference ref;
     fa_make_reference(&opt, &in, 0, &ref);
+    fa_half_inputs half = {0};
+    fa_half_rule rule = {0};
+    if (opt.dtype != FA_DTYPE_FP32) {
+        fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+        fa_make_half_inputs(&opt, &in, &half);
+    }
 
     float *o = fa_alloc_floats(fa_numel_q(&opt.shape), "O");
     float *lse = fa_alloc_floats(fa_numel_lse(&opt.shape), "LSE");
     if (opt.impl & FA_IMPL_CPU) {
-        device_buffers cpu = {0, in.q, in.k, in.v, o, lse, o, lse, 0.0};
+        device_buffers cpu = {0, in.q, in.k, in.v, o, lse, o, lse, 0.0, half.q, half.k, half.v, &rule};
         run_device(&report, &opt, &ref, &cpu);
     }
 #if FA_HAVE_CUDA
@@ -203,8 +275,14 @@ int main(int argc, char **argv) {
         fa_upload_inputs(&opt, &in, &dev);
         float *o_dev = fa_gpu_alloc(fa_numel_q(&opt.shape), "O");
         float *lse_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "LSE");
-        device_buffers gpu = {1, dev.q, dev.k, dev.v, o_dev, lse_dev, o, lse, dev.upload_ms};
+        device_buffers gpu = {1, dev.q, dev.k, dev.v, o_dev, lse_dev, o, lse, dev.upload_ms, NULL, NULL, NULL, &rule};
+        fa_device_half_inputs dev_half = {0};
+        if (opt.dtype != FA_DTYPE_FP32) {
+            fa_upload_half_inputs(&opt, &half, &dev_half);
+            gpu.q_half = dev_half.q, gpu.k_half = dev_half.k, gpu.v_half = dev_half.v;
+        }
         run_device(&report, &opt, &ref, &gpu);
+        if (opt.dtype != FA_DTYPE_FP32) fa_free_device_half_inputs(&dev_half);
         fa_gpu_free(o_dev);
         fa_gpu_free(lse_dev);
         fa_free_device_inputs(&dev);
@@ -217,6 +295,7 @@ int main(int argc, char **argv) {
     free(o);
     free(lse);
     fa_free_reference(&ref);
+    if (opt.dtype != FA_DTYPE_FP32) fa_free_half_inputs(&half);
     fa_free_inputs(&in);
     return status;
 }

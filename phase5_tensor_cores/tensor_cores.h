@@ -12,7 +12,7 @@
 // on the device (`const void *`, __half or __nv_bfloat16 there). O is float32 [B, H, Sq, D] (the check then sees the
 // kernel's own error, not a last rounding; a model that wants half O rounds it once more), LSE float32 [B, H, Sq]
 // contiguous, natural log. Strides are in elements, as in phase 3.
-// The CPU functions take any D, any strides and any tile size. The CUDA functions take D in TC_CUDA_HEAD_DIMS, the
+// The CPU functions take any D, any strides and any tile size. The CUDA functions take D = 64 or 128, the
 // tiles of tc_cuda_supports_tiles, strides.d == 1 with the other strides multiples of 8 and 16-byte aligned pointers
 // (rows are read 16 bytes at a time), and a GPU of compute capability 8.0 or newer (tc_cuda_check_device).
 #ifndef TENSOR_CORES_H
@@ -49,12 +49,20 @@ int64_t flash_forward_mma_cpu_workspace_bytes(int64_t D, int block_m, int block_
 int64_t flash_forward_pipeline_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
 // What the CUDA kernels are compiled for (each D, tile and dtype is one instantiation per GPU architecture).
-#define TC_CUDA_HEAD_DIMS {64, 128, 0}
 #define TC_CUDA_TILES_TEXT "64x64 or 128x64"
 // BLOCK_M = 16 rows per warp times 4 or 8 warps; BLOCK_N = 64 keys (which of the two is faster, and whether another
 // BLOCK_N would be, is for the H100 to say: docs/06 quotes the measurement).
 static inline int tc_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 64 || block_m == 128) && block_n == 64;
+}
+
+static inline int tc_cuda_supports_head_dim(int64_t D) { return D == 64 || D == 128; }
+// Shared memory per block: the Q tile and the K and V tiles (step 3: two of each), halves.
+static inline int64_t flash_forward_mma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return ((int64_t)block_m + 2 * (int64_t)block_n) * D * 2;
+}
+static inline int64_t flash_forward_pipeline_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2;
 }
 
 // 0 when the GPU can run steps 2 and 3 (compute capability 8.0 or newer, and the kernels were built for it);
