@@ -161,7 +161,8 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
     uint32_t q_frag[D_STEPS][4];
     const T *q_warp = q_tile + warp * WARP_ROWS * D;
 #pragma unroll
-    for (int ds = 0; ds < D_STEPS; ds++) ldmatrix_x4(q_frag[ds], q_warp + (lane % 16) * D + ds * MMA_K + lane / 16 * CHUNK);
+    for (int ds = 0; ds < D_STEPS; ds++)
+        ldmatrix_x4(q_frag[ds], q_warp + (lane % 16) * D + ds * MMA_K + lane / 16 * CHUNK);
 
     // O and the row statistics, in registers: o_acc[db] is the accumulator fragment of dimensions 8db .. 8db + 7.
     float o_acc[D_BLOCKS][4];
@@ -181,7 +182,7 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
 
         // S = Q K^T, 16 rows x BLOCK_N keys: s[kb] is the accumulator fragment of keys 8kb .. 8kb + 7. One ldmatrix.x4
         // fetches the B operands of two key blocks: K is stored [key][d], which is B "by columns" as mma wants it.
-        // Lanes 0-7: keys 0-7, dims 0-7 (b0 of block kb); 8-15: keys 0-7, dims 8-15 (b1); 16-31: the same for keys 8-15.
+        // Lanes 0-7: keys 0-7, dims 0-7 (b0 of block kb); 8-15: keys 0-7, dims 8-15 (b1); 16-31: keys 8-15 (kb + 1).
         float s[KEY_BLOCKS][4];
 #pragma unroll
         for (int kb = 0; kb < KEY_BLOCKS; kb++) s[kb][0] = s[kb][1] = s[kb][2] = s[kb][3] = 0.0f;
@@ -336,8 +337,12 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
                             const void *k, fa_strides k_strides, const void *v, fa_strides v_strides, float *o,
                             fa_strides o_strides, float *lse) {
     switch (shape->D) {
-    case 64: launch_tiles<T, 64>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse); break;
-    case 128: launch_tiles<T, 128>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse); break;
+    case 64:
+        launch_tiles<T, 64>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        break;
+    case 128:
+        launch_tiles<T, 128>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        break;
     default: fa_die("the tensor-core kernels support D in {64, 128}, not %lld", (long long)shape->D);
     }
 }

@@ -44,7 +44,7 @@ typedef struct {
     fa_strides q_strides, kv_strides;   // Q and O; K and V
     const float *q, *k, *v;
     float *o, *lse;
-    float *scores;                      // naive with BLAS: S of one head, [Sq, Sk]
+    float *scores;                      // naive with BLAS: S of one head, [Sq, Sk], and its row sums, [Sq]
     int dtype;                          // steps 2 and 3: the inputs' half type, and the same Q, K, V in it
     const void *q_half, *k_half, *v_half;
 } row_args;
@@ -113,7 +113,7 @@ typedef struct {
     int step;
     void (*cpu)(void *args);
     void (*cuda)(void *args);
-    int needs_scores;   // naive: S of one head, [Sq, Sk], instead of per-thread tiles
+    int needs_scores;   // naive: S of one head, [Sq, Sk] (and [Sq] row sums), instead of per-thread tiles
     int64_t (*cpu_workspace_bytes)(int64_t D, int block_m, int block_n);
     int64_t (*cuda_smem_bytes)(int64_t D, int block_m, int block_n);   // NULL: not reported
     int (*cuda_supports_tiles)(int block_m, int block_n);
@@ -178,10 +178,10 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
         // Naive keeps S (then P, in place) for one head at a time. When even that does not fit, or a size passes
         // what a BLAS int holds, the row is left out with a note.
         impl.block_m = impl.block_n = 0;
-        impl.extra_bytes = shape->Sq * shape->Sk * (int64_t)sizeof(float);
+        impl.extra_bytes = shape->Sq * (shape->Sk + 1) * (int64_t)sizeof(float);
         impl.extra_what = "S of one head";
         const int fits_int = shape->Sq <= INT_MAX && shape->Sk <= INT_MAX && shape->D <= INT_MAX;
-        args.scores = fits_int ? fa_try_alloc_floats(shape->Sq * shape->Sk) : NULL;
+        args.scores = fits_int ? fa_try_alloc_floats(shape->Sq * (shape->Sk + 1)) : NULL;
         if (!args.scores) {
             char size[32];
             fa_format_bytes((double)impl.extra_bytes, size, sizeof size);
@@ -226,7 +226,8 @@ int main(int argc, char **argv) {
             !row->cuda_supports_tiles(opt.block_m, opt.block_n))
             fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
                    "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
-        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->half && !tc_cuda_supports_head_dim(opt.shape.D))
+        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->half &&
+            !tc_cuda_supports_head_dim(opt.shape.D))
             fa_die("the tensor-core kernels of %s take D = 64 or 128 (got %lld); use --impl cpu for other sizes",
                    row->label, (long long)opt.shape.D);
     }
@@ -247,7 +248,7 @@ int main(int argc, char **argv) {
         fa_die("%s", why);
 #else
     if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1)
-        fa_report_add_note(&report, "step 2 and 3 GPU rows not built: this build has no architecture of sm_80 or newer");
+        fa_report_add_note(&report, "step 2 and 3 GPU rows not built: no architecture of this build is sm_80 or newer");
 #endif
 
     // With --dtype fp16|bf16 the inputs are rounded to that type (every row and the oracle see the same numbers);

@@ -33,7 +33,8 @@ static double reference_round(double x, int mantissa_bits, int min_exponent, dou
     int e = (int)floor(log2(a));
     if (e < min_exponent) e = min_exponent;
     const double ulp = ldexp(1.0, e - mantissa_bits), units = a / ulp, below = floor(units);
-    double r = units - below > 0.5 ? below + 1 : units - below < 0.5 ? below : (fmod(below, 2.0) == 0 ? below : below + 1);
+    const double rest = units - below;
+    const double r = rest > 0.5 ? below + 1 : rest < 0.5 ? below : (fmod(below, 2.0) == 0 ? below : below + 1);
     return copysign(r * ulp, x);
 }
 static double reference_fp16(float x) { return reference_round(x, 10, -14, 65520.0); }
