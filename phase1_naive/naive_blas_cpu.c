@@ -35,12 +35,14 @@ void naive_attention_blas_cpu(const fa_shape *shape, const float *q, const float
                               float *o, float *lse) {
     const int64_t BH = shape->B * shape->H, Sq = shape->Sq, Sk = shape->Sk, D = shape->D;
     const float qk_scale = shape->scale * LOG2E;
+    float *inv_sum = scores + Sq * Sk;   // [Sq], after S
     // One head at a time: the BLAS parallelises each sgemm over the OpenMP threads, the softmax is split by rows.
     for (int64_t bh = 0; bh < BH; bh++) {
         // S = qk_scale * Q K^T, in base 2.
         sgemm_row_major(1, (int)Sq, (int)Sk, (int)D, qk_scale, q + bh * Sq * D, k + bh * Sk * D, scores);
 
-        // P = softmax(S), row by row, in place. Causal: row i sees keys 0..i only; the rest of the row gets 0.
+        // P = softmax(S), row by row, in place, not yet divided by the row sums. Causal: row i sees keys 0..i only;
+        // the rest of the row gets 0.
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < Sq; i++) {
             float *s = scores + i * Sk;
@@ -54,15 +56,18 @@ void naive_attention_blas_cpu(const fa_shape *shape, const float *q, const float
                 s[j] = fa_exp2(s[j] - m);
                 sum += s[j];
             }
-            const float inv_sum = 1.0f / sum;
-#pragma omp simd
-            for (int64_t j = 0; j < seen; j++) s[j] *= inv_sum;
             for (int64_t j = seen; j < Sk; j++) s[j] = 0.0f;
+            // The division by the sum waits for O (D numbers a row, not Sk): one pass less over S.
+            inv_sum[i] = 1.0f / sum;
             // m is in base 2: LSE = ln(2) * m + ln(sum), one rounding at the end.
             lse[bh * Sq + i] = fmaf(m, LN2, logf(sum));
         }
 
-        // O = P V.
-        sgemm_row_major(0, (int)Sq, (int)D, (int)Sk, 1.0f, scores, v + bh * Sk * D, o + bh * Sq * D);
+        // O = P V, then each row divided by its sum.
+        float *o_head = o + bh * Sq * D;
+        sgemm_row_major(0, (int)Sq, (int)D, (int)Sk, 1.0f, scores, v + bh * Sk * D, o_head);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < Sq; i++)
+            for (int64_t d = 0; d < D; d++) o_head[i * D + d] *= inv_sum[i];
     }
 }
