@@ -2,20 +2,20 @@
 //
 // What it adds over phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c): the scores are no longer computed one query row
 //   at a time, but ROWS rows x VEC keys at a time, in a micro-kernel whose ROWS * VEC sums stay in vector registers
-//   while d runs (the inner kernel of every fast SGEMM): each K value loaded feeds ROWS multiply-adds instead of one,
-//   and each broadcast q value VEC. O += P V is blocked the same way, ROWS rows x VEC dimensions. Same algorithm,
-//   same arguments, same causal pruning and LSE; what changes is how many loads each multiply-add costs.
+//   while d runs (the inner kernel of every fast SGEMM): each vector of K loaded feeds ROWS vector multiply-adds
+//   instead of one. O += P V is blocked the same way, ROWS rows x VEC dimensions. Same algorithm, same arguments,
+//   same causal pruning and LSE; what changes is how many loads each multiply-add costs.
 // CUDA twin: phase5_tensor_cores/1_register_tiles_cuda.cu
 // Diff:      diff -u phase3_forward_4d/3_lse_cpu.c phase5_tensor_cores/1_register_tiles_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2
 //
-// Portable C, fast anyway: the micro-kernels are fixed-length loops over small local arrays, which GCC and Clang
-// turn into vector registers and FMA instructions when told to unroll the loop over the ROWS rows completely
-// (#pragma GCC unroll) and to vectorise the loop over the VEC keys (#pragma omp simd): without the two, GCC keeps
-// the array in memory and the kernel runs 10-20 times slower. Which vectors depends on the machine the program runs on (SSE2
-// only, AVX2 + FMA, AVX-512), and a portable build may only assume the oldest. So the function that holds the loops
-// is compiled three times (GCC's and Clang's function multiversioning, target_clones below) and the loader picks
-// the widest one the CPU has, once, at start-up: the same binary uses AVX-512 where it exists, AVX2 elsewhere.
+// Portable C, fast anyway. The micro-kernels are fixed-length loops over small local arrays, which GCC and Clang
+// keep in vector registers when told to unroll the loop over the ROWS rows completely (#pragma GCC unroll) and to
+// vectorise the loop over the VEC keys (#pragma omp simd); without the two, GCC keeps the array in memory and the
+// kernel runs 10-20 times slower. Which vectors, though, depends on the machine the program runs on (SSE2 only,
+// AVX2 with FMA, AVX-512), and a portable build may assume only the oldest. So the function that holds the loops is
+// compiled three times (function multiversioning: target_clones, in GCC and Clang) and the loader picks, once, the
+// widest version the CPU has: the same binary runs AVX-512 code where the CPU has it and AVX2 + FMA elsewhere.
 #include "register_tiles.h"
 #include "forward4d.h"
 

@@ -220,9 +220,10 @@ int main(int argc, char **argv) {
     if (!step_built) fa_die("--step %d is not built yet (steps built: 1, 2, 3)", opt.step);
     if (opt.step >= 2 && opt.dtype == FA_DTYPE_FP32)
         fa_die("--step %d computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16", opt.step);
+    // Checked in a build without CUDA too, so that a command line means the same on every machine.
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
-        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->cuda &&
+        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->cuda_supports_tiles &&
             !row->cuda_supports_tiles(opt.block_m, opt.block_n))
             fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
                    "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
