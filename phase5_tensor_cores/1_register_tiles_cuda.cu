@@ -154,9 +154,10 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
         for (int r = 0; r < ROWS; r++)
 #pragma unroll
             for (int c = 0; c < KEYS; c++) s[r][c] = 0.0f;
-        // Not unrolled: unrolling would let the compiler load the next float4s early, in registers that two blocks
-        // per SM (128 registers a thread) do not have; the other warps of the SM hide the loads' latency instead.
-#pragma unroll 1
+        // Unrolled, the loop lets the compiler load the next float4s while it computes with these: that hides the
+        // loads' latency, in registers. With two blocks per SM (128 registers a thread) there are no registers to
+        // spare, but twice the warps to hide the latency: the loop stays rolled.
+#pragma unroll(cfg::MIN_BLOCKS == 2 ? 1 : 4)
         for (int d4 = 0; d4 < D4; d4++) {
             float4 k4[KEYS];
 #pragma unroll
