@@ -187,15 +187,15 @@ flash_forward_pipeline_kernel(const T *__restrict__ q, fa_strides q_strides, con
     // Rows past S_q load zeros, compute like the others and store nothing.
     const int64_t row_g = q_start + warp * WARP_ROWS + g;
 
-    // The warp's Q fragments, loaded once: D_STEPS A operands of 16 rows x 16 dimensions. Lanes 0-15 point at rows
-    // 0-15 of the first 8 dimensions (matrices 0 and 1: a[0], a[1]), lanes 16-31 at the next 8 (a[2], a[3]).
-    // The Q tile and the first K and V tiles are requested together (two groups); the first wait takes all three.
+    // The Q tile and the first K and V tiles are requested together, as one group of copies, and waited for at once.
     load_tile_async<T, D, BLOCK_M, THREADS>(q_tile, q + q_start * q_strides.s, q_strides.s, 0, S_q - q_start);
     load_tile_async<T, D, BLOCK_N, THREADS>(k_tiles, k, k_strides.s, 0, S_k);
     load_tile_async<T, D, BLOCK_N, THREADS>(v_tiles, v, v_strides.s, 0, S_k);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
+    // The warp's Q fragments, loaded once: D_STEPS A operands of 16 rows x 16 dimensions. Lanes 0-15 point at rows
+    // 0-15 of the first 8 dimensions (matrices 0 and 1: a[0], a[1]), lanes 16-31 at the next 8 (a[2], a[3]).
     uint32_t q_frag[D_STEPS][4];
 #pragma unroll
     for (int ds = 0; ds < D_STEPS; ds++) {
