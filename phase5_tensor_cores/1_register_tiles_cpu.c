@@ -223,11 +223,12 @@ void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, 
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
-        // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, q_tile): one iteration is one thread block.
+        // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (q_tile, bh): one iteration is one thread block.
 #pragma omp for collapse(2) schedule(dynamic)
-        for (int64_t bh = 0; bh < BH; bh++)
-            for (int64_t t = 0; t < n_q_tiles; t++) {
-                // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
+        for (int64_t t = 0; t < n_q_tiles; t++)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                // Causal: the last Q tiles see the most keys. Starting with those of every head, the short ones fill
+                // in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
                 q_tile_program(shape, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides, v,
                                v_strides, o, o_strides, lse, &w);

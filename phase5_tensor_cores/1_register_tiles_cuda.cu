@@ -35,7 +35,8 @@
 
 #define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
 #define LN2 0.6931471805599453f     // m_i and l_i are in base 2: LSE = ln(2) * m_i + ln(l_i)
-#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
+#define MAX_GRID_X 2147483647LL     // the hardware limits of gridDim.x and gridDim.y: more heads or more Q tiles
+#define MAX_GRID_Y 65535LL          // take more launches
 #define THREADS 256
 #define THREADS_N 16                // threads along a row of S (keys) and of O (dimensions): tx
 #define THREADS_M 16                // threads along the rows: ty
@@ -84,14 +85,16 @@ __device__ __forceinline__ void load_tile(float4 *tile, const float *x, int64_t 
     }
 }
 
-// grid: (number of Q tiles, heads of this launch), block: 256 threads.
+// grid: (heads of this launch, Q tiles of this launch), block: 256 threads. Phase 3's grid is the other way round;
+// see q_start below for why.
 // q, o: [B, H, S_q, D]; k, v: [B, H, S_k, D], with strides (stride d is 1); lse: [B, H, S_q], contiguous.
 template <int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS, regtile<D, BLOCK_M, BLOCK_N>::MIN_BLOCKS)
 flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, const float *__restrict__ k,
                              fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
                              float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse, int64_t S_q,
-                             int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal) {
+                             int64_t S_k, int64_t H, int64_t bh_first, int64_t q_tile_top, float qk_scale,
+                             int causal) {
     using cfg = regtile<D, BLOCK_M, BLOCK_N>;
     constexpr int ROWS = cfg::ROWS, KEYS = cfg::KEYS, D4 = cfg::D4, O_CHUNKS = cfg::O_CHUNKS;
     constexpr int LD4 = cfg::LD4, LDP4 = cfg::LDP4;
@@ -101,8 +104,8 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     float4 *v_tile = k_tile + BLOCK_N * LD4;     // [BLOCK_N][LD4]
     float4 *p_tile = v_tile + BLOCK_N * LD4;     // [BLOCK_N][LDP4]: P transposed, a key per row
 
-    // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
-    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
+    // The grid's first index is the head: (b, h) from bh, and where that head starts in each tensor.
+    const int64_t bh = bh_first + blockIdx.x, b = bh / H, h = bh % H;
     q += b * q_strides.b + h * q_strides.h;
     k += b * k_strides.b + h * k_strides.h;
     v += b * v_strides.b + h * v_strides.h;
@@ -110,9 +113,10 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     lse += bh * S_q;
 
     const int tx = threadIdx.x % THREADS_N, ty = threadIdx.x / THREADS_N;
-    // Causal: the last Q tiles see the most keys, and the first blocks launched get them, so that the short ones
-    // fill the GPU at the end instead of a few long ones running alone.
-    const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    // Causal: the last Q tiles see the most keys. The GPU starts blocks in the order of their index, x first:
+    // blockIdx.y = 0 is the last Q tile (q_tile_top) of every head, so that all the longest blocks start first and
+    // the short ones fill the GPU at the end, instead of a few long ones running alone.
+    const int64_t q_start = (q_tile_top - blockIdx.y) * BLOCK_M;
     const int row0 = ty * ROWS;   // this thread's rows: q_start + row0 + r, r < ROWS
     // This thread's float4 columns of O: tx + 16 c. With D < 64 there are fewer than 16 of them and the threads past
     // them compute a copy of another thread's column (no branch in the loop) and store nothing.
@@ -293,15 +297,18 @@ static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, 
         fa_die("phase 5 step 1 with D = %d and %d x %d tiles needs %d bytes of shared memory per block, this GPU has "
                "%d: use smaller tiles (--block-m 64 --block-n 32)", D, BLOCK_M, BLOCK_N, bytes, max_bytes);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
+    const int64_t q_tiles = (shape->Sq + BLOCK_M - 1) / BLOCK_M, BH = shape->B * shape->H;
     const float qk_scale = shape->scale * LOG2E;
-    const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
-        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
-        kernel<<<dim3(q_tiles, heads), THREADS, bytes>>>(q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
-                                                         shape->Sq, shape->Sk, shape->H, bh_first, qk_scale,
-                                                         shape->causal);
-        FA_CUDA_CHECK_LAUNCH();
+    // Q tiles from the last one down, MAX_GRID_Y at a time; in each, every head (MAX_GRID_X at a time).
+    for (int64_t y_first = 0; y_first < q_tiles; y_first += MAX_GRID_Y) {
+        const unsigned int tiles = (unsigned int)(q_tiles - y_first < MAX_GRID_Y ? q_tiles - y_first : MAX_GRID_Y);
+        for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_X) {
+            const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_X ? BH - bh_first : MAX_GRID_X);
+            kernel<<<dim3(heads, tiles), THREADS, bytes>>>(q, q_strides, k, k_strides, v, v_strides, o, o_strides,
+                                                           lse, shape->Sq, shape->Sk, shape->H, bh_first,
+                                                           q_tiles - 1 - y_first, qk_scale, shape->causal);
+            FA_CUDA_CHECK_LAUNCH();
+        }
     }
 }
 
