@@ -40,7 +40,8 @@
 #define THREADS 256
 #define THREADS_N 16                // threads along a row of S (keys) and of O (dimensions): tx
 #define THREADS_M 16                // threads along the rows: ty
-#define PAD REGTILE_CUDA_PAD         // floats added to each row of a shared tile
+#define PAD REGTILE_CUDA_PAD        // floats added to each row of a shared tile
+#define TWO_BLOCKS_SMEM_BYTES (110 * 1024)   // at most this much shared memory per block lets two share an SM
 
 // The sizes one instantiation works with.
 template <int D, int BLOCK_M, int BLOCK_N> struct regtile {
@@ -51,8 +52,9 @@ template <int D, int BLOCK_M, int BLOCK_N> struct regtile {
     static constexpr int LD4 = (D + PAD) / 4;                         // float4s per row of q/k/v_tile (odd)
     static constexpr int LDP4 = (BLOCK_M + PAD) / 4;                  // float4s per row of p_tile (odd)
     static constexpr int SMEM_FLOAT4 = (BLOCK_M + 2 * BLOCK_N) * LD4 + BLOCK_N * LDP4;
-    // Two blocks fit on an SM (228 KiB of shared memory) up to D = 64; then each thread may use 128 registers.
-    static constexpr int MIN_BLOCKS = SMEM_FLOAT4 * 16 <= 110 * 1024 ? 2 : 1;
+    // Two blocks fit on an SM (an H100 has 228 KiB of shared memory per SM) when each needs at most 110 KiB (D = 64,
+    // or D = 128 with 64 x 32 tiles); then each thread may use 128 registers, else 255.
+    static constexpr int MIN_BLOCKS = SMEM_FLOAT4 * 16 <= TWO_BLOCKS_SMEM_BYTES ? 2 : 1;
 };
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float sum) {
