@@ -10,8 +10,8 @@
 //     tile n is computed, and runs while the tensor cores work; no thread waits for it in registers.
 //   - exp2 with the scale folded in: the max is taken on the raw scores, and p = exp2(s * qk_scale - m * qk_scale) is
 //     one FMA and one exp2 per score (step 2: a multiply, a subtraction, an exp2); LSE = scale * m + log(l).
-//   - the tile: 128 x 64 (8 warps) by default, 64 x 64 on request; which is faster, and by how much, is measured on
-//     the H100 (docs/06).
+//   - the tile: 128 x 64 (8 warps) by default, 64 x 64 on request; which is faster, and by how much, is for a
+//     measurement on an H100 to say (both are built).
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (step 2's roundings, with the scale folded in the same way)
 // Diff:      diff -u phase5_tensor_cores/2_mma_cuda.cu phase5_tensor_cores/3_pipeline_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 3 --dtype fp16 --B 4 --H 16 --S 4096 --D 64

@@ -50,8 +50,8 @@ int64_t flash_forward_pipeline_cpu_workspace_bytes(int64_t D, int block_m, int b
 
 // What the CUDA kernels are compiled for (each D, tile and dtype is one instantiation per GPU architecture).
 #define TC_CUDA_TILES_TEXT "64x64 or 128x64"
-// BLOCK_M = 16 rows per warp times 4 or 8 warps; BLOCK_N = 64 keys (which of the two is faster, and whether another
-// BLOCK_N would be, is for the H100 to say: docs/06 quotes the measurement).
+// BLOCK_M = 16 rows per warp times 4 or 8 warps; BLOCK_N = 64 keys. 128x64 is the default (the driver's); which of
+// the two is faster at which D, and whether another BLOCK_N would be, is for a measurement on an H100 to say.
 static inline int tc_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 64 || block_m == 128) && block_n == 64;
 }
