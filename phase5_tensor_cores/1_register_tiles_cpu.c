@@ -15,7 +15,10 @@
 // kernel runs 10-20 times slower. Which vectors, though, depends on the machine the program runs on (SSE2 only,
 // AVX2 with FMA, AVX-512), and a portable build may assume only the oldest. So the function that holds the loops is
 // compiled three times (function multiversioning: target_clones, in GCC and Clang) and the loader picks, once, the
-// widest version the CPU has: the same binary runs AVX-512 code where the CPU has it and AVX2 + FMA elsewhere.
+// widest version the CPU has: the same binary runs AVX-512 code where the CPU has it and AVX + FMA elsewhere. The
+// versions name instruction sets only: "fma" is 256-bit float arithmetic with FMA (every AVX2 CPU has it), and not
+// "arch=haswell", because GCC does not inline a function compiled for one -march (the micro-kernels, fa_exp2) into
+// one compiled for another, and a call per exponential is 10 times slower than the loop it sits in.
 #include "register_tiles.h"
 #include "forward4d.h"
 
@@ -36,7 +39,7 @@
 #define VEC 16
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__INTEL_COMPILER)
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define SIMD_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
 #else
 #define SIMD_CLONES
 #endif
