@@ -18,7 +18,10 @@
 // widest version the CPU has: the same binary runs AVX-512 code where the CPU has it and AVX + FMA elsewhere. The
 // versions name instruction sets only: "fma" is 256-bit float arithmetic with FMA (every AVX2 CPU has it), and not
 // "arch=haswell", because GCC does not inline a function compiled for one -march (the micro-kernels, fa_exp2) into
-// one compiled for another, and a call per exponential is 10 times slower than the loop it sits in.
+// one compiled for another, and a call per exponential is 10 times slower than the loop it sits in. For the same
+// reason of GCC's, the file is compiled with -fno-trapping-math (phase5_tensor_cores/CMakeLists.txt): in a function
+// with a target attribute, GCC 12 vectorises the clamps of fa_exp2 only when it may assume that comparing floats
+// raises no exception. The results do not change (nothing here reads the floating-point exception flags).
 #include "register_tiles.h"
 #include "forward4d.h"
 
