@@ -172,7 +172,8 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
         impl.label = half_label;
     }
     if (dev->is_cuda) {
-        impl.extra_what = "shared memory per block";
+        // Phase 3 does not export its shared-memory size: its row says what the memory is, as its own driver does.
+        impl.extra_what = row->cuda_smem_bytes ? "shared memory per block" : "tiles in shared memory";
         if (row->cuda_smem_bytes) impl.extra_bytes = row->cuda_smem_bytes(shape->D, opt->block_m, opt->block_n);
     } else if (row->needs_scores) {
         // Naive keeps S (then P, in place) for one head at a time. When even that does not fit, or a size passes
