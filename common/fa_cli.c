@@ -1,5 +1,6 @@
 // fa_cli.c - the shared command line.
 #include "fa_cli.h"
+#include "fa_half.h"
 #include "fa_npy.h"
 #include "fa_tensor.h"
 
@@ -13,8 +14,8 @@
 
 enum {
     OPT_B = 1000, OPT_H, OPT_SQ, OPT_SK, OPT_S, OPT_D, OPT_CAUSAL, OPT_SCALE, OPT_BLOCK_M, OPT_BLOCK_N, OPT_IMPL,
-    OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ, OPT_COMPARE_CAUSAL,
-    OPT_HELP
+    OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ,
+    OPT_COMPARE_CAUSAL, OPT_HELP, OPT_DTYPE
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -30,7 +31,8 @@ static const struct option LONG_OPTIONS[] = {
     {"check-heads", required_argument, 0, OPT_CHECK_HEADS},
     {"step", required_argument, 0, OPT_STEP},     {"dq", required_argument, 0, OPT_DQ},
     {"compare-causal", no_argument, 0, OPT_COMPARE_CAUSAL},
-    {"help", no_argument, 0, OPT_HELP},           {0, 0, 0, 0}};
+    {"help", no_argument, 0, OPT_HELP},           {"dtype", required_argument, 0, OPT_DTYPE},
+    {0, 0, 0, 0}};
 
 // --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
 // size also given as a flag must agree with the files (the flag's value is the one -1 marks as not given).
@@ -86,6 +88,8 @@ static void print_help(const fa_cli_spec *spec) {
                "                 (labelled, checked against their own oracle, timed, never saved)\n");
     if (spec->has_dq_mode)
         printf("  --dq MODE      deterministic | atomic | both (how dQ is accumulated, default both)\n");
+    if (spec->has_dtype)
+        printf("  --dtype T      fp32 | fp16 | bf16: the inputs' type (half: float32 accumulation; default fp32)\n");
     printf("\nRun:\n");
     printf("  --impl WHICH   cpu | cuda | all                         (default all)\n");
     printf("  --threads N    OpenMP threads of the parallel CPU run   (default: all %d cores)\n", omp_get_num_procs());
@@ -109,6 +113,13 @@ static int64_t parse_int(const char *flag, const char *text, int64_t lo, int64_t
     if (value < lo || value > hi)
         fa_die("%s must be between %lld and %lld (got %lld)", flag, (long long)lo, (long long)hi, value);
     return value;
+}
+
+// --dtype: only binaries whose spec says so take it; the others compute in float32 only.
+static void parse_dtype(const fa_cli_spec *spec, const char *text, fa_options *opt) {
+    if (!spec->has_dtype) fa_die("--dtype does not apply to %s: it computes in float32 only", spec->program);
+    opt->dtype = fa_dtype_parse(text);
+    if (opt->dtype < 0) fa_die("--dtype expects fp32, fp16 or bf16, got '%s'", text);
 }
 
 int fa_cuda_supports_head_dim(const fa_cli_spec *spec, int64_t D) {
@@ -193,6 +204,7 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
             if (!spec->has_compare_causal) fa_die("--compare-causal applies to phase 3 only");
             opt->compare_causal = 1;
             break;
+        case OPT_DTYPE: parse_dtype(spec, optarg, opt); break;
         case OPT_HELP: print_help(spec); exit(0);
         case ':': fa_die("%s needs a value (see --help)", argv[optind - 1]);
         default: fa_die("unknown option '%s' (see --help)", argv[optind - 1]);

@@ -25,6 +25,7 @@ typedef struct {
     int has_dq_mode;              // accepts --dq deterministic|atomic|both (phase 4)
     int has_compare_causal;       // accepts --compare-causal (phase 3)
     const int *cuda_head_dims;    // head dims the CUDA kernels support, ending with 0; NULL = any
+    int has_dtype;                // accepts --dtype fp32|fp16|bf16 (phase 5)
 } fa_cli_spec;
 
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     int compare_causal;           // phase 3: also run steps 2 and 3 with the causal mask flipped (labelled, not saved)
     int argc;                     // the command line, kept for --save-dir's command.txt
     char **argv;
+    int dtype;                    // FA_DTYPE_FP32 (default), FA_DTYPE_FP16 or FA_DTYPE_BF16 (fa_half.h)
 } fa_options;
 
 // Parses argv. Prints --help and exits 0; prints one line and exits 2 on anything it cannot accept.

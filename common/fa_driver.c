@@ -1,6 +1,7 @@
 // fa_driver.c - the steps every phase driver shares.
 #include "fa_driver.h"
 #include "fa_gpu.h"
+#include "fa_half.h"
 #include "fa_npy.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
@@ -107,6 +108,13 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
             in->dout = fa_alloc_floats(fa_numel_q(s), "dO");
             fa_fill_random(in->dout, fa_numel_q(s), opt->seed, FA_STREAM_DO, 1.0f);
         }
+    }
+    // --dtype fp16|bf16: every implementation, and the oracle, see the inputs rounded to the half type. --save-dir
+    // then writes them as float32 holding those exact values (NumPy has no bfloat16; .astype(np.float16) is exact).
+    if (opt->dtype != FA_DTYPE_FP32) {
+        fa_round_floats(in->q, fa_numel_q(s), opt->dtype);
+        fa_round_floats(in->k, fa_numel_kv(s), opt->dtype);
+        fa_round_floats(in->v, fa_numel_kv(s), opt->dtype);
     }
     if (opt->save_dir) {
         save_command(opt);
@@ -382,5 +390,112 @@ void fa_free_device_inputs(fa_device_inputs *dev) {
     fa_gpu_free(dev->k);
     fa_gpu_free(dev->v);
     if (dev->dout) fa_gpu_free(dev->dout);
+}
+#endif
+
+// --- Half precision (phase 5) -----------------------------------------------------------------------------------
+
+// A half tensor of n elements is allocated as (n + 1) / 2 floats: the same bytes, and the memory guard and the
+// float copies of fa_gpu.h then serve it unchanged.
+static uint16_t *alloc_half(int64_t n, const char *what) {
+    return (uint16_t *)fa_alloc_floats((n + 1) / 2, what);
+}
+
+void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half) {
+    const fa_shape *s = &opt->shape;
+    half->dtype = opt->dtype;
+    half->q = alloc_half(fa_numel_q(s), "Q (half)");
+    half->k = alloc_half(fa_numel_kv(s), "K (half)");
+    half->v = alloc_half(fa_numel_kv(s), "V (half)");
+    fa_floats_to_half(in->q, half->q, fa_numel_q(s), opt->dtype);
+    fa_floats_to_half(in->k, half->k, fa_numel_kv(s), opt->dtype);
+    fa_floats_to_half(in->v, half->v, fa_numel_kv(s), opt->dtype);
+}
+
+void fa_free_half_inputs(fa_half_inputs *half) {
+    free(half->q);
+    free(half->k);
+    free(half->v);
+}
+
+// The largest |want| over the heads the oracle computed.
+static double max_abs_checked(const double *want, const int64_t dims[4], const unsigned char *heads) {
+    const int64_t per_head = dims[2] * dims[3], BH = dims[0] * dims[1];
+    double m = 0.0;
+    for (int64_t bh = 0; bh < BH; bh++) {
+        if (heads && !heads[bh]) continue;
+        for (int64_t i = bh * per_head; i < (bh + 1) * per_head; i++)
+            if (isfinite(want[i])) m = fmax(m, fabs(want[i]));
+    }
+    return m;
+}
+
+void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs *in, const fa_reference *ref,
+                       fa_half_rule *rule) {
+    const fa_shape *s = &opt->shape;
+    const int dtype = opt->dtype;
+    int64_t dims_o[4], dims_lse[4];
+    fa_dims_q(s, dims_o);
+    fa_dims_lse(s, dims_lse);
+    // Zeroed: the heads the oracle left out are only scanned for NaN.
+    float *o = fa_alloc_floats(fa_numel_q(s), "the half reference's O");
+    float *lse = fa_alloc_floats(fa_numel_lse(s), "the half reference's LSE");
+    memset(o, 0, (size_t)fa_numel_q(s) * sizeof(float));
+    memset(lse, 0, (size_t)fa_numel_lse(s) * sizeof(float));
+    fa_set_threads(omp_get_num_procs());
+    fa_half_reference_forward(s, dtype, in->q, in->k, in->v, ref->heads, o, lse);
+
+    // The bound the reference's own arithmetic guarantees. Rounding P_ij to the half type moves it by at most
+    // u * P_ij (and, for an fp16 subnormal, by at most 2^-25), and O_i = sum_j P_ij V_j with sum_j P_ij = 1.
+    const double u = fa_dtype_unit_roundoff(dtype), subnormal = dtype == FA_DTYPE_FP16 ? 0x1p-25 * (double)s->Sk : 0.0;
+    const double max_v = max_abs(in->v, fa_numel_kv(s)), max_o = max_abs_checked(ref->o, dims_o, ref->heads);
+    const double bound_o = max_o > 0.0 ? (2.0 * u + subnormal) * max_v / max_o : 0.0;
+    char label[48];
+    snprintf(label, sizeof label, "%s reference%s", fa_dtype_name(dtype), s->causal ? " (causal)" : "");
+    fa_check check_o = fa_verify_results(label, "O", o, ref->o, dims_o, ref->heads, bound_o + ref->tol_forward);
+    fa_check check_lse = fa_verify_results(label, "LSE", lse, ref->lse, dims_lse, ref->heads, ref->tol_forward);
+    fa_report_add_check(report, check_o);
+    fa_report_add_check(report, check_lse);
+
+    rule->dtype = dtype;
+    rule->ref_err_o = check_o.rel_err;
+    rule->ref_err_lse = check_lse.rel_err;
+    rule->tol_o = 2.0 * check_o.rel_err + ref->tol_forward;
+    rule->tol_lse = 2.0 * check_lse.rel_err + ref->tol_forward;
+    fa_report_add_note(report, "%s rule%s: pass at rel err <= 2 x the %s reference's + %.1e (float32): O %.2e, "
+                       "LSE %.2e", fa_dtype_name(dtype), s->causal ? " (causal)" : "", fa_dtype_name(dtype),
+                       ref->tol_forward, rule->tol_o, rule->tol_lse);
+    free(o);
+    free(lse);
+}
+
+void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                             const fa_half_rule *rule, float *o_host, float *o_device, float *lse_host,
+                             float *lse_device) {
+    fa_forward_outputs(impl, shape, ref, o_host, o_device, lse_host, lse_device);
+    impl->outputs[0].tolerance = rule->tol_o;
+    if (impl->n_outputs > 1) impl->outputs[1].tolerance = rule->tol_lse;
+}
+
+#if FA_HAVE_CUDA
+static void *upload_half(const uint16_t *host, int64_t n, const char *what) {
+    float *device = fa_gpu_alloc((n + 1) / 2, what);
+    fa_gpu_upload(device, (const float *)host, (n + 1) / 2);   // bytes: see alloc_half
+    return device;
+}
+
+void fa_upload_half_inputs(const fa_options *opt, const fa_half_inputs *half, fa_device_half_inputs *dev) {
+    const fa_shape *s = &opt->shape;
+    const double start = fa_now_ms();
+    dev->q = upload_half(half->q, fa_numel_q(s), "Q (half)");
+    dev->k = upload_half(half->k, fa_numel_kv(s), "K (half)");
+    dev->v = upload_half(half->v, fa_numel_kv(s), "V (half)");
+    dev->upload_ms = fa_now_ms() - start;
+}
+
+void fa_free_device_half_inputs(fa_device_half_inputs *dev) {
+    fa_gpu_free(dev->q);
+    fa_gpu_free(dev->k);
+    fa_gpu_free(dev->v);
 }
 #endif

@@ -7,6 +7,8 @@
 extern "C" {
 #endif
 
+#include <stdint.h>
+
 #include "fa_cli.h"
 #include "fa_oracle.h"
 #include "fa_report.h"
@@ -110,6 +112,45 @@ typedef struct {
 } fa_device_inputs;
 void fa_upload_inputs(const fa_options *opt, const fa_inputs *in, fa_device_inputs *dev);
 void fa_free_device_inputs(fa_device_inputs *dev);
+#endif
+
+// --- Half precision (phase 5, --dtype fp16|bf16; fa_half.h) ----------------------------------------------------
+// fa_make_inputs has already rounded the float32 inputs to opt->dtype, so the oracle runs on the numbers the kernels
+// see. The kernels read these half copies (uint16_t bits, [B, H, S, D]).
+typedef struct {
+    int dtype;
+    uint16_t *q, *k, *v;
+} fa_half_inputs;
+void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half);
+void fa_free_half_inputs(fa_half_inputs *half);
+
+// The half-precision check (DESIGN.md, "Precision"), FlashAttention's rule: a result passes when its error is at
+// most 2x the error of the straightforward implementation at the same precision (fa_half_reference_forward), run
+// on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward): the accumulation is float32
+// everywhere, so a float32-sized difference (tensor cores add in another order) is always allowed, and a reference
+// error of exactly zero cannot fail a correct result. Errors are relative to the oracle's largest |value|, like
+// every check. The reference is itself checked, against the bound its arithmetic guarantees (rounding P costs at
+// most 2u * max|V| in O, u the dtype's unit roundoff; LSE is float32), so a broken reference cannot loosen the rule.
+typedef struct {
+    int dtype;
+    double ref_err_o, ref_err_lse;   // the reference's relative errors against the oracle
+    double tol_o, tol_lse;           // 2 x those + the float32 tolerance
+} fa_half_rule;
+// Runs the reference on the oracle's heads, adds its two rows ("fp16 reference", O and LSE) to the check block and
+// a note with the rule, and fills rule. opt->dtype must be fp16 or bf16.
+void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs *in, const fa_reference *ref,
+                       fa_half_rule *rule);
+// fa_forward_outputs, checked by the rule instead of the float32 tolerance.
+void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                             const fa_half_rule *rule, float *o_host, float *o_device, float *lse_host,
+                             float *lse_device);
+#if FA_HAVE_CUDA
+typedef struct {
+    void *q, *k, *v;                 // device copies of fa_half_inputs
+    double upload_ms;
+} fa_device_half_inputs;
+void fa_upload_half_inputs(const fa_options *opt, const fa_half_inputs *half, fa_device_half_inputs *dev);
+void fa_free_device_half_inputs(fa_device_half_inputs *dev);
 #endif
 
 #ifdef __cplusplus

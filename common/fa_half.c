@@ -1,0 +1,140 @@
+// fa_half.c - fp16 and bf16 conversions, and the straightforward half-precision reference.
+#include "fa_half.h"
+#include "fa_tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *fa_dtype_name(int dtype) {
+    return dtype == FA_DTYPE_FP16 ? "fp16" : dtype == FA_DTYPE_BF16 ? "bf16" : "fp32";
+}
+
+int fa_dtype_parse(const char *text) {
+    if (strcmp(text, "fp32") == 0) return FA_DTYPE_FP32;
+    if (strcmp(text, "fp16") == 0) return FA_DTYPE_FP16;
+    if (strcmp(text, "bf16") == 0) return FA_DTYPE_BF16;
+    return -1;
+}
+
+double fa_dtype_unit_roundoff(int dtype) {
+    return dtype == FA_DTYPE_FP16 ? 0x1p-11 : dtype == FA_DTYPE_BF16 ? 0x1p-8 : 0x1p-24;
+}
+
+static uint32_t float_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits;
+}
+
+static float bits_float(uint32_t bits) {
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+// float32: 1 sign, 8 exponent (bias 127), 23 mantissa bits. fp16: 1, 5 (bias 15), 10. The mantissa loses 13 bits.
+uint16_t fa_float_to_fp16(float x) {
+    const uint32_t bits = float_bits(x);
+    const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) {
+        // Inf stays Inf; a NaN keeps the top of its payload and is made quiet (so it cannot become Inf).
+        if (magnitude == 0x7f800000u) return sign | 0x7c00u;
+        return (uint16_t)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+    }
+    if (magnitude >= 0x477ff000u) return sign | 0x7c00u;   // >= 65520 = 65504 + half an ulp: rounds to Inf
+    if (magnitude >= 0x38800000u) {
+        // A normal fp16 (>= 2^-14): rebias the exponent (127 - 15 = 112), then round the 13 dropped bits to nearest,
+        // ties to even: add just under half an ulp, plus one when the kept part is odd. A carry out of the mantissa
+        // correctly bumps the exponent.
+        uint32_t h = magnitude - (112u << 23);
+        h += 0x0fffu + ((h >> 13) & 1u);
+        return (uint16_t)(sign | (h >> 13));
+    }
+    if (magnitude <= 0x33000000u) return sign;   // <= 2^-25, half the smallest subnormal: rounds to (signed) zero
+    // A subnormal fp16: the value counted in units of 2^-24 (the smallest subnormal), rounded to nearest even.
+    // magnitude = m * 2^(e - 150) with the implicit 1 in m, so the count is m >> (126 - e), shift between 14 and 24.
+    const uint32_t e = magnitude >> 23, m = (magnitude & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    uint32_t h = m >> shift;
+    const uint32_t rest = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
+    if (rest > tie || (rest == tie && (h & 1u))) h++;   // 1024 units is 2^-14: the smallest normal's bits, as wanted
+    return (uint16_t)(sign | h);
+}
+
+float fa_fp16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    if (exponent == 0x1fu) return bits_float(sign | 0x7f800000u | (mantissa << 13));   // Inf, NaN (payload kept)
+    if (exponent != 0) return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+    const float subnormal = (float)mantissa * 0x1p-24f;   // zero or subnormal: exact in float32
+    return sign ? -subnormal : subnormal;
+}
+
+// bf16 is the top half of a float32: rounding drops the low 16 bits, to nearest, ties to even. Finite values past
+// the largest bf16 carry into the exponent and become Inf, as they should.
+uint16_t fa_float_to_bf16(float x) {
+    const uint32_t bits = float_bits(x);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);   // NaN: stays a (quiet) NaN
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float fa_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+uint16_t fa_float_to_half(float x, int dtype) {
+    return dtype == FA_DTYPE_BF16 ? fa_float_to_bf16(x) : fa_float_to_fp16(x);
+}
+
+float fa_half_to_float(uint16_t h, int dtype) {
+    return dtype == FA_DTYPE_BF16 ? fa_bf16_to_float(h) : fa_fp16_to_float(h);
+}
+
+float fa_round_to_dtype(float x, int dtype) {
+    return dtype == FA_DTYPE_FP32 ? x : fa_half_to_float(fa_float_to_half(x, dtype), dtype);
+}
+
+void fa_round_floats(float *x, int64_t n, int dtype) {
+    if (dtype == FA_DTYPE_FP32) return;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] = fa_round_to_dtype(x[i], dtype);
+}
+
+void fa_floats_to_half(const float *x, uint16_t *h, int64_t n, int dtype) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) h[i] = fa_float_to_half(x[i], dtype);
+}
+
+void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, const float *k, const float *v,
+                               const unsigned char *heads, float *o, float *lse) {
+    const int64_t D = s->D, Sq = s->Sq, Sk = s->Sk, BH = s->B * s->H;
+#pragma omp parallel
+    {
+        float *p = fa_alloc_floats(Sk, "the reference's row of P");   // one row of S, then of P
+#pragma omp for collapse(2) schedule(dynamic, 16)
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t i = 0; i < Sq; i++) {
+                if (heads && !heads[bh]) continue;
+                const float *q_i = q + (bh * Sq + i) * D, *k_head = k + bh * Sk * D, *v_head = v + bh * Sk * D;
+                const int64_t n = s->causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;   // row i sees keys j <= i
+                float m = -INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    float dot = 0.0f;
+                    for (int64_t d = 0; d < D; d++) dot += q_i[d] * k_head[j * D + d];
+                    p[j] = s->scale * dot;
+                    m = fmaxf(m, p[j]);
+                }
+                float l = 0.0f;
+                for (int64_t j = 0; j < n; j++) {
+                    p[j] = expf(p[j] - m);
+                    l += p[j];
+                }
+                // The one rounding the attention itself adds: P to the half type, before it meets V.
+                for (int64_t j = 0; j < n; j++) p[j] = fa_round_to_dtype(p[j] / l, dtype);
+                float *o_i = o + (bh * Sq + i) * D;
+                for (int64_t d = 0; d < D; d++) o_i[d] = 0.0f;
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t d = 0; d < D; d++) o_i[d] += p[j] * v_head[j * D + d];
+                lse[bh * Sq + i] = m + logf(l);
+            }
+        free(p);
+    }
+}

@@ -1,0 +1,244 @@
+// 1_register_tiles_cpu.c - phase 5, step 1, on the CPU: the forward of phase 3 step 3, with register tiles.
+//
+// What it adds over phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c): the scores are no longer computed one query row
+//   at a time, but ROWS rows x VEC keys at a time, in a micro-kernel whose ROWS * VEC sums stay in vector registers
+//   while d runs (the inner kernel of every fast SGEMM): each vector of K loaded feeds ROWS vector multiply-adds
+//   instead of one. O += P V is blocked the same way, ROWS rows x VEC dimensions. Same algorithm, same arguments,
+//   same causal pruning and LSE; what changes is how many loads each multiply-add costs.
+// CUDA twin: phase5_tensor_cores/1_register_tiles_cuda.cu
+// Diff:      diff -u phase3_forward_4d/3_lse_cpu.c phase5_tensor_cores/1_register_tiles_cpu.c
+// Run:       build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2
+//
+// Portable C, fast anyway. The micro-kernels are fixed-length loops over small local arrays, which GCC and Clang
+// keep in vector registers when told to unroll the loop over the ROWS rows completely (#pragma GCC unroll) and to
+// vectorise the loop over the VEC keys (#pragma omp simd); without the two, GCC keeps the array in memory and the
+// kernel runs 10-20 times slower. Which vectors, though, depends on the machine the program runs on (SSE2 only,
+// AVX2 with FMA, AVX-512), and a portable build may assume only the oldest. So the function that holds the loops is
+// compiled three times (function multiversioning: target_clones, in GCC and Clang) and the loader picks, once, the
+// widest version the CPU has: the same binary runs AVX-512 code where the CPU has it and AVX + FMA elsewhere. The
+// versions name instruction sets only: "fma" is 256-bit float arithmetic with FMA (every AVX2 CPU has it), and not
+// "arch=haswell", because GCC does not inline a function compiled for one -march (the micro-kernels, fa_exp2) into
+// one compiled for another, and a call per exponential is 10 times slower than the loop it sits in. For the same
+// reason of GCC's, the file is compiled with -fno-trapping-math (phase5_tensor_cores/CMakeLists.txt): in a function
+// with a target attribute, GCC 12 vectorises the clamps of fa_exp2 only when it may assume that comparing floats
+// raises no exception. The results do not change (nothing here reads the floating-point exception flags).
+#include "register_tiles.h"
+#include "forward4d.h"
+
+#include "fa_exp2.h"
+#include "fa_tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+// Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
+// exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f   // m_i and l_i are in base 2: LSE = ln(2) * m_i + ln(l_i)
+// The register tile: ROWS query rows x VEC keys (or VEC dimensions of O). ROWS * VEC = 64 sums: 8 AVX2 registers
+// or 4 AVX-512 registers, with room left for the K row and the broadcast q values (AVX2 has 16 registers). On the
+// GPU one thread holds 8 rows x 4 keys: the same idea, sized for 255 scalar registers instead of 16 vectors.
+#define ROWS 4
+#define VEC 16
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__INTEL_COMPILER)
+#define SIMD_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
+#else
+#define SIMD_CLONES
+#endif
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// One thread's working memory: the CPU's stand-in for a CUDA block's shared memory.
+typedef struct {
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M rounded up to ROWS, BLOCK_N and D rounded up to VEC
+    float *q_tile;                 // [M_pad, D]      the Q tile, times qk_scale (rows past S_q are zeros)
+    float *k_tile_t;               // [D, N_pad]      the K tile, transposed: a micro-kernel reads VEC keys per load
+    float *v_tile;                 // [N_pad, D_pad]  the V tile
+    float *p_tile;                 // [ROWS, N_pad]   scores, then probabilities, of ROWS rows (the GPU: P in shared)
+    float *acc;                    // [M_pad, D_pad]  unnormalised output rows
+    float *m_i, *l_i;              // [M_pad]         running max (base 2) and running sum of each row
+} workspace;
+
+static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
+    const int64_t M_pad = round_up(block_m, ROWS), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
+    return M_pad * D + D * N_pad + N_pad * D_pad + ROWS * N_pad + M_pad * D_pad + 2 * M_pad;
+}
+
+int64_t flash_forward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
+    return workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
+}
+
+static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
+    workspace w;
+    w.M_pad = round_up(block_m, ROWS);
+    w.N_pad = round_up(block_n, VEC);
+    w.D_pad = round_up(D, VEC);
+    w.q_tile = fa_alloc_floats(workspace_floats(D, block_m, block_n), "the CPU tiles");
+    w.k_tile_t = w.q_tile + w.M_pad * D;
+    w.v_tile = w.k_tile_t + D * w.N_pad;
+    w.p_tile = w.v_tile + w.N_pad * w.D_pad;
+    w.acc = w.p_tile + ROWS * w.N_pad;
+    w.m_i = w.acc + w.M_pad * w.D_pad;
+    w.l_i = w.m_i + w.M_pad;
+    // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
+    for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
+    return w;
+}
+
+// The score micro-kernel: s[r][jj] = q_r . k_(j0 + jj) for ROWS rows and VEC keys. The ROWS x VEC sums live in
+// registers for the whole loop over d; per d it loads VEC keys' values once (one row of the transposed K tile) and
+// ROWS q values, and does ROWS * VEC multiply-adds with them.
+static inline void score_micro_kernel(const float *q_rows, int64_t D, const float *k_t, int64_t N_pad, float *p_rows) {
+    float s[ROWS][VEC] = {{0.0f}};
+    for (int64_t d = 0; d < D; d++) {
+        const float *k_d = k_t + d * N_pad;
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const float q_rd = q_rows[r * D + d];
+#pragma omp simd
+            for (int jj = 0; jj < VEC; jj++) s[r][jj] += q_rd * k_d[jj];
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int jj = 0; jj < VEC; jj++) p_rows[r * N_pad + jj] = s[r][jj];
+}
+
+// The P V micro-kernel: acc[r][d0 + dd] = alpha[r] * acc[r][d0 + dd] + sum_j p[r][j] * v[j][d0 + dd], for ROWS rows
+// and VEC dimensions, the sums in registers for the whole loop over the keys.
+static inline void pv_micro_kernel(const float *p_rows, int64_t N_pad, int n_keys, const float *v_tile, int64_t D_pad,
+                                   const float alpha[ROWS], float *acc_rows) {
+    float o[ROWS][VEC];
+    for (int r = 0; r < ROWS; r++)
+        for (int dd = 0; dd < VEC; dd++) o[r][dd] = acc_rows[r * D_pad + dd] * alpha[r];
+    for (int j = 0; j < n_keys; j++) {
+        const float *v_j = v_tile + j * D_pad;
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const float p = p_rows[r * N_pad + j];
+#pragma omp simd
+            for (int dd = 0; dd < VEC; dd++) o[r][dd] += p * v_j[dd];
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int dd = 0; dd < VEC; dd++) acc_rows[r * D_pad + dd] = o[r][dd];
+}
+
+// One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
+SIMD_CLONES
+static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
+                           const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
+                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, workspace *w) {
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
+    const float qk_scale = shape->scale * LOG2E;
+    // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
+    const int64_t b = bh / shape->H, h = bh % shape->H;
+    q += b * q_strides.b + h * q_strides.h;
+    k += b * k_strides.b + h * k_strides.h;
+    v += b * v_strides.b + h * v_strides.h;
+    o += b * o_strides.b + h * o_strides.h;
+    lse += bh * S_q;   // LSE is contiguous [B, H, Sq]
+    // Rows past S_q do not exist. The micro-kernels take ROWS rows at a time, so the last group may run past them:
+    // those rows are zeros in q_tile, computed like the others and never stored (as on the GPU).
+    const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
+    const int row_groups = (rows + ROWS - 1) / ROWS;
+
+    for (int i = 0; i < row_groups * ROWS; i++) {
+        for (int64_t d = 0; d < D; d++)
+            w->q_tile[i * D + d] = i < rows ? q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale : 0.0f;
+        for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
+        w->m_i[i] = -INFINITY;
+        w->l_i[i] = 0.0f;
+    }
+
+    for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
+        // The three causal stages: a tile entirely in the future ends the loop before it is loaded (every later
+        // tile lies further in the future); a tile entirely in the past needs no mask; a diagonal tile does.
+        const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        if (stage == TILE_FUTURE) break;
+        // Keys of this tile that exist, and the same rounded up to whole micro-kernels.
+        const int n_keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);
+        const int n_keys_pad = (int)round_up(n_keys, VEC);
+
+        // Stage the K tile (transposed) and the V tile once for all rows of the Q tile: that reuse is the point of
+        // the tiles (on the GPU this is the copy into shared memory). Keys past the tile's last one are zeros.
+        for (int j = 0; j < n_keys_pad; j++) {
+            for (int64_t d = 0; d < D; d++) {
+                w->k_tile_t[d * N_pad + j] = j < n_keys ? k[(k_start + j) * k_strides.s + d * k_strides.d] : 0.0f;
+                w->v_tile[j * D_pad + d] = j < n_keys ? v[(k_start + j) * v_strides.s + d * v_strides.d] : 0.0f;
+            }
+        }
+
+        // ROWS rows at a time (on the GPU, all BLOCK_M rows at once, each thread a register tile of them).
+        for (int i0 = 0; i0 < row_groups * ROWS; i0 += ROWS) {
+            float *p_rows = w->p_tile;
+            for (int j0 = 0; j0 < n_keys_pad; j0 += VEC)
+                score_micro_kernel(w->q_tile + i0 * D, D, w->k_tile_t + j0, N_pad, p_rows + j0);
+
+            float alpha[ROWS];
+            for (int r = 0; r < ROWS; r++) {
+                float *s = p_rows + r * N_pad;
+                const int64_t row = q_start + i0 + r;
+                // The last key this row may see: the last one of the tile, and on a diagonal tile the row itself
+                // (row i sees keys j <= i). Keys after it get -INFINITY: 2^-inf = 0, they take no part.
+                const int64_t last_key = stage == TILE_DIAGONAL && row < k_start + n_keys - 1 ? row
+                                                                                              : k_start + n_keys - 1;
+                if (k_start + n_keys_pad - 1 > last_key)
+                    for (int j = 0; j < n_keys_pad; j++)
+                        if (k_start + j > last_key) s[j] = -INFINITY;
+
+                // The online softmax. The new max covers every key seen so far, this tile included.
+                float m_tile = -INFINITY;
+#pragma omp simd reduction(max : m_tile)
+                for (int j = 0; j < n_keys_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
+                const float m_old = w->m_i[i0 + r], m_new = m_tile > m_old ? m_tile : m_old;
+                // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                float row_sum = 0.0f;
+#pragma omp simd reduction(+ : row_sum)
+                for (int j = 0; j < n_keys_pad; j++) {
+                    s[j] = fa_exp2(s[j] - m_use);   // p_ij, relative to the new max
+                    row_sum += s[j];
+                }
+                // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
+                alpha[r] = fa_exp2(m_old - m_use);
+                w->l_i[i0 + r] = w->l_i[i0 + r] * alpha[r] + row_sum;
+                w->m_i[i0 + r] = m_new;
+            }
+
+            // acc = acc * alpha + P V_tile, VEC dimensions at a time.
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
+                pv_micro_kernel(p_rows, N_pad, n_keys, w->v_tile + d0, D_pad, alpha, w->acc + i0 * D_pad + d0);
+        }
+    }
+
+    // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
+    // rebuild its row of P. m_i is in base 2 and can be large: one fused multiply-add, one rounding.
+    for (int i = 0; i < rows; i++) {
+        const float inv_l = 1.0f / w->l_i[i];
+        for (int64_t d = 0; d < D; d++)
+            o[(q_start + i) * o_strides.s + d * o_strides.d] = w->acc[i * D_pad + d] * inv_l;
+        lse[q_start + i] = fmaf(w->m_i[i], LN2, logf(w->l_i[i]));
+    }
+}
+
+void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
+                               const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                               fa_strides o_strides, float *lse) {
+    const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
+#pragma omp parallel
+    {
+        workspace w = workspace_alloc(shape->D, block_m, block_n);
+        // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (q_tile, bh): one iteration is one thread block.
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int64_t t = 0; t < n_q_tiles; t++)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                // Causal: the last Q tiles see the most keys. Starting with those of every head, the short ones fill
+                // in at the end.
+                const int64_t q_tile = n_q_tiles - 1 - t;
+                q_tile_program(shape, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides, v,
+                               v_strides, o, o_strides, lse, &w);
+            }
+        free(w.q_tile);
+    }
+}

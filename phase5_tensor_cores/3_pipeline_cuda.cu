@@ -1,0 +1,412 @@
+// 3_pipeline_cuda.cu - phase 5, step 3, on the GPU: the tensor-core forward with swizzled shared memory and a
+// cp.async pipeline, fp16 or bf16 inputs.
+//
+// What it adds over step 2 (phase5_tensor_cores/2_mma_cuda.cu):
+//   - XOR-swizzled shared memory. A tile row of D halves is D/8 chunks of 16 bytes; ldmatrix reads one chunk from
+//     each of 8 consecutive rows at once, and with rows 128 or 256 bytes long those 8 chunks sit in the same 4 of the
+//     32 banks: an 8-way conflict, 8 passes. Storing chunk c of row r at chunk position c ^ (r % 8) puts the 8 chunks
+//     in 8 different positions of a 128-byte line: all 32 banks, one pass. (swizzle() below; the CPU has no banks.)
+//   - cp.async, double-buffered K and V tiles: the copy of tile n + 1 from global to shared memory is issued before
+//     tile n is computed, and runs while the tensor cores work; no thread waits for it in registers.
+//   - exp2 with the scale folded in: the max is taken on the raw scores, and p = exp2(s * qk_scale - m * qk_scale) is
+//     one FMA and one exp2 per score (step 2: a multiply, a subtraction, an exp2); LSE = scale * m + log(l).
+//   - the tile: 128 x 64 (8 warps) by default, 64 x 64 on request; which is faster, and by how much, is for a
+//     measurement on an H100 to say (both are built).
+// CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (step 2's roundings, with the scale folded in the same way)
+// Diff:      diff -u phase5_tensor_cores/2_mma_cuda.cu phase5_tensor_cores/3_pipeline_cuda.cu
+// Run:       build/bin/phase5_tensor_cores --impl cuda --step 3 --dtype fp16 --B 4 --H 16 --S 4096 --D 64
+//
+// Needs sm_80 or newer (mma.m16n8k16 with bf16, cp.async). Thread mapping: block = BLOCK_M / 16 warps; warp w owns
+// query rows q_start + 16w .. q_start + 16w + 15; lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn
+// below.
+#include "fa_cuda_check.h"
+#include "fa_half.h"
+#include "forward4d.h"
+#include "tensor_cores.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LOG2E 1.4426950408889634f   // exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
+#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+#define WARP_ROWS 16   // query rows per warp: the M of mma.m16n8k16
+#define MMA_N 8        // columns of one mma's output: 8 keys (S = Q K^T) or 8 dimensions (O += P V)
+#define MMA_K 16       // the sum inside one mma: 16 dimensions (S = Q K^T) or 16 keys (O += P V)
+#define CHUNK 8        // halves in 16 bytes: one row of an 8x8 ldmatrix matrix, and one cp.async
+#define SWIZZLE_ROWS 8 // rows whose chunks the swizzle spreads over the 8 chunk positions of a 128-byte line
+
+// ---------------------------------------------------------------------------------------------------------------
+// The PTX helpers, one instruction each.
+//
+// An 8x8 matrix of 16-bit elements in registers, the unit of every fragment below: lane 4g + t holds row g,
+// columns 2t and 2t+1, both in one 32-bit register (the lower column in the low 16 bits):
+//
+//            cols 0,1   cols 2,3   cols 4,5   cols 6,7
+//   row 0    lane 0     lane 1     lane 2     lane 3
+//   row 1    lane 4     lane 5     lane 6     lane 7
+//   ...
+//   row 7    lane 28    lane 29    lane 30    lane 31
+
+// ldmatrix.x4: four 8x8 matrices from shared memory, one register per matrix. Every lane passes the address of one
+// matrix row (16 contiguous bytes, 16-byte aligned): lanes 0-7 the rows 0-7 of matrix 0, lanes 8-15 those of
+// matrix 1, lanes 16-23 of matrix 2, lanes 24-31 of matrix 3. r[i] is then the register of matrix i drawn above.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row_address) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+// ldmatrix.x4.trans: the same, each matrix transposed on the way: lane 4g + t receives the elements (2t, g) and
+// (2t + 1, g) of the matrix as stored, i.e. two neighbouring ROWS of column g. That turns V, stored [key][d], into
+// the B operand of P V, which needs two neighbouring keys of one dimension per register.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row_address) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+// mma.m16n8k16: C (16x8, float32) += A (16x16, half, row-major) * B (16x8, half, stored by columns). Per lane:
+//
+//   A: four 8x8 matrices             B: two 8x8 matrices, B^T as drawn   C: two 8x8 halves, one float each
+//            cols 0-7  cols 8-15         (rows of B^T = columns n of B)           cols 0-7
+//   rows 0-7   a[0]     a[2]                     k 0-7    k 8-15           rows 0-7   c[0] (col 2t) c[1] (2t+1)
+//   rows 8-15  a[1]     a[3]              n 0-7   b[0]     b[1]            rows 8-15  c[2] (col 2t) c[3] (2t+1)
+//
+//   so lane 4g + t holds A rows g and g + 8, B column g, and C elements (g, 2t), (g, 2t + 1), (g + 8, 2t),
+//   (g + 8, 2t + 1). The C layout of two neighbouring mmas (16 columns) is exactly the A layout: that is what lets
+//   P go from the first product's accumulators into the second product's A operand without leaving the registers.
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                             __nv_bfloat16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    uint32_t bits;
+    memcpy(&bits, &pair, sizeof bits);
+    return bits;
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    uint32_t bits;
+    memcpy(&bits, &pair, sizeof bits);
+    return bits;
+}
+
+// cp.async.cg: copies 16 bytes from global to shared memory without passing through registers, asynchronously; with
+// src_bytes = 0 it writes 16 zero bytes and reads nothing (rows past the end of the tensor).
+__device__ __forceinline__ void cp_async_16(void *shared_destination, const void *global_source, int src_bytes) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared_destination);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global_source), "r"(src_bytes));
+}
+// Closes the group of cp.async issued so far by this thread; wait_all then waits until all of its groups have landed.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Where chunk `chunk` (16 bytes, dimensions 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves from the start
+// of a tile of rows D halves long: the chunk position is XORed with row % 8.
+//
+//   D = 64 (8 chunks per row)      chunk:  0 1 2 3 4 5 6 7
+//   row 0 stores its chunks at position   0 1 2 3 4 5 6 7
+//   row 1                                 1 0 3 2 5 4 7 6
+//   row 2                                 2 3 0 1 6 7 4 5
+//   ...
+//   row 7                                 7 6 5 4 3 2 1 0
+//   so chunk c of rows 0-7 (what one ldmatrix matrix reads) lands at 8 different positions: 8 different bank groups.
+template <int D> __device__ __forceinline__ int swizzle(int row, int chunk) {
+    return row * D + (chunk ^ (row % SWIZZLE_ROWS)) * CHUNK;
+}
+
+// Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
+// shared memory, 16 bytes per thread per step (consecutive threads on consecutive 16 bytes: coalesced reads). Rows
+// past n_rows are zeros. The copy lands later: cp_async_wait_all and a barrier come before anyone reads the tile.
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t stride_s, int64_t first_row,
+                                                int64_t n_rows) {
+    constexpr int ROW_CHUNKS = D / CHUNK;
+#pragma unroll
+    for (int c = threadIdx.x; c < ROWS * ROW_CHUNKS; c += THREADS) {
+        const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
+        const bool exists = first_row + row < n_rows;
+        // A row that does not exist reads nothing (0 source bytes); its address is then only a valid placeholder.
+        const T *from = exists ? src + (first_row + row) * stride_s + chunk * CHUNK : src;
+        cp_async_16(tile + swizzle<D>(row, chunk), from, exists ? 16 : 0);
+    }
+}
+
+// grid: (number of Q tiles, heads of this launch), block: BLOCK_M / 16 warps.
+// q: [B, H, S_q, D], k, v: [B, H, S_k, D] in T (stride d is 1); o: [B, H, S_q, D] float32; lse: [B, H, S_q].
+// Shared memory: the Q tile [BLOCK_M][D], and two buffers of the K tile and the V tile [BLOCK_N][D], all T, swizzled.
+template <typename T, int D, int BLOCK_M, int BLOCK_N>
+__global__ void __launch_bounds__(BLOCK_M / WARP_ROWS * WARP_SIZE)
+flash_forward_pipeline_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k,
+                              fa_strides k_strides, const T *__restrict__ v, fa_strides v_strides,
+                              float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse, int64_t S_q,
+                              int64_t S_k, int64_t H, int64_t bh_first, float scale, float qk_scale, int causal) {
+    constexpr int THREADS = BLOCK_M / WARP_ROWS * WARP_SIZE;
+    constexpr int D_STEPS = D / MMA_K;            // mma steps of S = Q K^T along d
+    constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S (one accumulator fragment each)
+    constexpr int KEY_STEPS = BLOCK_N / MMA_K;    // mma steps of O += P V along the keys
+    constexpr int D_BLOCKS = D / MMA_N;           // 8-dimension column blocks of O (one accumulator fragment each)
+    extern __shared__ uint4 smem[];
+    constexpr int TILE = BLOCK_N * D;             // halves in one K (or V) tile
+    T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
+    T *k_tiles = q_tile + BLOCK_M * D;            // [2][BLOCK_N][D]: buffer n % 2 holds K tile n
+    T *v_tiles = k_tiles + 2 * TILE;              // [2][BLOCK_N][D]
+
+    // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
+    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
+    q += b * q_strides.b + h * q_strides.h;
+    k += b * k_strides.b + h * k_strides.h;
+    v += b * v_strides.b + h * v_strides.h;
+    o += b * o_strides.b + h * o_strides.h;
+    lse += bh * S_q;
+
+    // Causal: the last Q tiles see the most keys, and the first blocks launched get them.
+    const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane / 4, t = lane % 4;
+    // This lane's two query rows: row_g (C elements 0 and 1 of every fragment) and row_g + 8 (elements 2 and 3).
+    // Rows past S_q load zeros, compute like the others and store nothing.
+    const int64_t row_g = q_start + warp * WARP_ROWS + g;
+
+    // The Q tile and the first K and V tiles are requested together, as one group of copies, and waited for at once.
+    load_tile_async<T, D, BLOCK_M, THREADS>(q_tile, q + q_start * q_strides.s, q_strides.s, 0, S_q - q_start);
+    load_tile_async<T, D, BLOCK_N, THREADS>(k_tiles, k, k_strides.s, 0, S_k);
+    load_tile_async<T, D, BLOCK_N, THREADS>(v_tiles, v, v_strides.s, 0, S_k);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    // The warp's Q fragments, loaded once: D_STEPS A operands of 16 rows x 16 dimensions. Lanes 0-15 point at rows
+    // 0-15 of the first 8 dimensions (matrices 0 and 1: a[0], a[1]), lanes 16-31 at the next 8 (a[2], a[3]).
+    uint32_t q_frag[D_STEPS][4];
+#pragma unroll
+    for (int ds = 0; ds < D_STEPS; ds++) {
+        const int row = warp * WARP_ROWS + lane % 16, chunk = ds * MMA_K / CHUNK + lane / 16;
+        ldmatrix_x4(q_frag[ds], q_tile + swizzle<D>(row, chunk));
+    }
+
+    // O and the row statistics, in registers: o_acc[db] is the accumulator fragment of dimensions 8db .. 8db + 7.
+    float o_acc[D_BLOCKS][4];
+#pragma unroll
+    for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
+    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
+
+    // Tile 0 always exists and is never in the future (row q_start sees key 0).
+    for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
+        // The three causal stages, as in phase 3; the stage depends on the block's indices only.
+        const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        if (stage == TILE_FUTURE) break;
+        // Tile n has landed (the only copy in flight), and every warp is done with tile n - 1, whose buffer the
+        // next copy overwrites: one barrier says both.
+        if (n > 0) {
+            cp_async_wait_all();
+            __syncthreads();
+        }
+        // The pipeline: request tile n + 1 now, when it is needed at all; it arrives while tile n is computed.
+        const int64_t k_next = k_start + BLOCK_N;
+        if (k_next < S_k && causal_tile_stage(causal, q_start, k_next, BLOCK_M, BLOCK_N, S_q, S_k) != TILE_FUTURE) {
+            load_tile_async<T, D, BLOCK_N, THREADS>(k_tiles + (n + 1) % 2 * TILE, k, k_strides.s, k_next, S_k);
+            load_tile_async<T, D, BLOCK_N, THREADS>(v_tiles + (n + 1) % 2 * TILE, v, v_strides.s, k_next, S_k);
+            cp_async_commit();
+        }
+        const T *k_tile = k_tiles + n % 2 * TILE, *v_tile = v_tiles + n % 2 * TILE;
+
+        // S = Q K^T, 16 rows x BLOCK_N keys: s[kb] is the accumulator fragment of keys 8kb .. 8kb + 7. One ldmatrix.x4
+        // fetches the B operands of two key blocks: K is stored [key][d], which is B "by columns" as mma wants it.
+        // Lanes 0-7: keys 0-7, dims 0-7 (b0 of block kb); 8-15: keys 0-7, dims 8-15 (b1); 16-31: keys 8-15 (kb + 1).
+        float s[KEY_BLOCKS][4];
+#pragma unroll
+        for (int kb = 0; kb < KEY_BLOCKS; kb++) s[kb][0] = s[kb][1] = s[kb][2] = s[kb][3] = 0.0f;
+#pragma unroll
+        for (int ds = 0; ds < D_STEPS; ds++) {
+#pragma unroll
+            for (int kb = 0; kb < KEY_BLOCKS; kb += 2) {
+                uint32_t b[4];
+                const int key = kb * MMA_N + lane % 8 + lane / 16 * 8, chunk = ds * MMA_K / CHUNK + lane / 8 % 2;
+                ldmatrix_x4(b, k_tile + swizzle<D>(key, chunk));
+                mma_m16n8k16(s[kb], q_frag[ds], b[0], b[1], T());
+                mma_m16n8k16(s[kb + 1], q_frag[ds], b[2], b[3], T());
+            }
+        }
+
+        // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only
+        // the diagonal tiles and the last tile have any (a test uniform over the block). The scores stay raw.
+        if (stage == TILE_DIAGONAL || k_start + BLOCK_N > S_k) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int64_t row = row_g + 8 * r, last_key = stage == TILE_DIAGONAL && row < S_k - 1 ? row : S_k - 1;
+#pragma unroll
+                for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (k_start + kb * MMA_N + 2 * t + e > last_key) s[kb][2 * r + e] = -INFINITY;
+            }
+        }
+
+        // The online softmax, per row. A row's BLOCK_N scores are spread over the 4 lanes of a quad (t = 0..3, the
+        // same g): each lane reduces its own, then two shuffles within the quad combine them.
+        float m_scaled[2], alpha[2], row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float m_tile = -INFINITY;
+#pragma unroll
+            for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
+            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 1));
+            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 2));
+            const float m_new = fmaxf(m_i[r], m_tile);
+            // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            m_scaled[r] = m_use * qk_scale;
+            // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
+            alpha[r] = exp2f((m_i[r] - m_use) * qk_scale);
+            m_i[r] = m_new;
+        }
+#pragma unroll
+        for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[kb][e] = exp2f(fmaf(s[kb][e], qk_scale, -m_scaled[e / 2]));   // p_ij: one FMA, one exp2
+                row_sum[e / 2] += s[kb][e];
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 1);
+            row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 2);
+            l_i[r] = l_i[r] * alpha[r] + row_sum[r];
+        }
+#pragma unroll
+        for (int db = 0; db < D_BLOCKS; db++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o_acc[db][e] *= alpha[e / 2];
+
+        // O += P V. The A operand of keys 16ks .. 16ks + 15 is the two S fragments of key blocks 2ks and 2ks + 1,
+        // rounded to T in registers (l_i summed them unrounded, in float32, above). V is stored [key][d]: the
+        // transposing ldmatrix gives the B operand. Lanes 0-7: keys 0-7, dims 0-7 (b0 of block db); 8-15: keys 8-15
+        // (b1); 16-31: the same for dims 8-15 (block db + 1).
+#pragma unroll
+        for (int ks = 0; ks < KEY_STEPS; ks++) {
+            const uint32_t p_frag[4] = {pack_pair(s[2 * ks][0], s[2 * ks][1], T()),
+                                        pack_pair(s[2 * ks][2], s[2 * ks][3], T()),
+                                        pack_pair(s[2 * ks + 1][0], s[2 * ks + 1][1], T()),
+                                        pack_pair(s[2 * ks + 1][2], s[2 * ks + 1][3], T())};
+#pragma unroll
+            for (int db = 0; db < D_BLOCKS; db += 2) {
+                uint32_t b[4];
+                const int key = ks * MMA_K + lane % 8 + lane / 8 % 2 * 8, chunk = db * MMA_N / CHUNK + lane / 16;
+                ldmatrix_x4_trans(b, v_tile + swizzle<D>(key, chunk));
+                mma_m16n8k16(o_acc[db], p_frag, b[0], b[1], T());
+                mma_m16n8k16(o_acc[db + 1], p_frag, b[2], b[3], T());
+            }
+        }
+    }
+
+    // One division per row, at the very end, and the row's log-sum-exp. Every lane of a quad holds the same m_i and
+    // l_i; lane t stores dimensions 8db + 2t and 8db + 2t + 1 of its two rows.
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t row = row_g + 8 * r;
+        if (row >= S_q) continue;
+        const float inv_l = 1.0f / l_i[r];
+#pragma unroll
+        for (int db = 0; db < D_BLOCKS; db++)
+            *reinterpret_cast<float2 *>(o + row * o_strides.s + db * MMA_N + 2 * t) =
+                make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
+        if (t == 0) lse[row] = fmaf(m_i[r], scale, logf(l_i[r]));   // m_i is raw: scale * m_i is its log
+    }
+}
+
+// The kernel reads rows of T 16 bytes at a time and writes O as float2s: each row must start on that many bytes,
+// with its D elements next to each other.
+static void check_rows(const char *name, const void *x, fa_strides strides, int element_bytes, int row_align) {
+    const int64_t per = row_align / element_bytes;   // elements in one aligned unit
+    const int aligned = ((uintptr_t)x % row_align == 0) && strides.b % per == 0 && strides.h % per == 0 &&
+                        strides.s % per == 0;
+    if (strides.d != 1 || !aligned)
+        fa_die("the tensor-core kernels need %s with stride d = 1, the other strides multiples of %lld and a "
+               "%d-byte aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)per, row_align,
+               (long long)strides.b, (long long)strides.h, (long long)strides.s, (long long)strides.d);
+}
+
+// Launches one instantiation. The tiles pass the 48 KiB a kernel gets without asking (D = 128, BLOCK_M = 128 needs
+// 96 KiB with the two K/V buffers), so the kernel asks for what it uses.
+template <typename T, int D, int BLOCK_M, int BLOCK_N>
+static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, const void *k, fa_strides k_strides,
+                   const void *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+    auto kernel = flash_forward_pipeline_kernel<T, D, BLOCK_M, BLOCK_N>;
+    const int smem_bytes = (BLOCK_M + 4 * BLOCK_N) * D * (int)sizeof(T);
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
+    const float qk_scale = shape->scale * LOG2E;
+    const int64_t BH = shape->B * shape->H;
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
+        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
+        kernel<<<dim3(q_tiles, heads), BLOCK_M / WARP_ROWS * WARP_SIZE, smem_bytes>>>(
+            static_cast<const T *>(q), q_strides, static_cast<const T *>(k), k_strides, static_cast<const T *>(v),
+            v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first, shape->scale, qk_scale,
+            shape->causal);
+        FA_CUDA_CHECK_LAUNCH();
+    }
+}
+
+template <typename T, int D>
+static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const void *q, fa_strides q_strides,
+                         const void *k, fa_strides k_strides, const void *v, fa_strides v_strides, float *o,
+                         fa_strides o_strides, float *lse) {
+    if (block_m == 64 && block_n == 64)
+        launch<T, D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+    else if (block_m == 128 && block_n == 64)
+        launch<T, D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+    else
+        fa_die("the tensor-core kernels are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d", TC_CUDA_TILES_TEXT,
+               block_m, block_n);
+}
+
+template <typename T>
+static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, const void *q, fa_strides q_strides,
+                            const void *k, fa_strides k_strides, const void *v, fa_strides v_strides, float *o,
+                            fa_strides o_strides, float *lse) {
+    switch (shape->D) {
+    case 64:
+        launch_tiles<T, 64>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        break;
+    case 128:
+        launch_tiles<T, 128>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+        break;
+    default: fa_die("the tensor-core kernels support D in {64, 128}, not %lld", (long long)shape->D);
+    }
+}
+
+extern "C" void flash_forward_pipeline_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                            const void *q, fa_strides q_strides, const void *k, fa_strides k_strides,
+                                            const void *v, fa_strides v_strides, float *o, fa_strides o_strides,
+                                            float *lse) {
+    check_rows("Q", q, q_strides, 2, 16);
+    check_rows("K", k, k_strides, 2, 16);
+    check_rows("V", v, v_strides, 2, 16);
+    check_rows("O", o, o_strides, 4, 8);
+    if (dtype == FA_DTYPE_FP16)
+        launch_head_dim<__half>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+    else if (dtype == FA_DTYPE_BF16)
+        launch_head_dim<__nv_bfloat16>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o,
+                                       o_strides, lse);
+    else
+        fa_die("the tensor-core kernels take fp16 or bf16 inputs, not %s", fa_dtype_name(dtype));
+}

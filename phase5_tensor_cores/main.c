@@ -1,0 +1,304 @@
+// main.c - phase 5 driver: how FlashAttention gets fast. Each step is a row of the tables, next to the baselines a
+// user would pick instead: phase 3 step 3 (the same algorithm, one thread per query row) and, on the CPU, naive
+// attention with BLAS (two sgemm calls and a vectorised softmax, S materialised; built when CMake finds a BLAS).
+// Every row runs on the same input and is checked against the same float64 oracle.
+//
+// Run: build/bin/phase5_tensor_cores                              (class defaults: B=1 H=4 S=1024 D=64, every step)
+//      build/bin/phase5_tensor_cores --step 1 --B 4 --H 16 --S 4096 --D 128 --causal --check-heads 2
+//      build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1
+//      build/bin/phase5_tensor_cores --dtype bf16 --step 3 --B 4 --H 16 --S 4096 --D 128 --check-heads 2
+#include "fa_driver.h"
+#include "fa_gpu.h"
+#include "fa_half.h"
+#include "fa_tensor.h"
+#include "forward4d.h"
+#include "register_tiles.h"
+#include "tensor_cores.h"
+#if FA_HAVE_BLAS
+#include "naive_blas.h"
+#endif
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const int CUDA_HEAD_DIMS[] = REGTILE_CUDA_HEAD_DIMS;
+
+static const fa_cli_spec SPEC = {
+    .program = "phase5_tensor_cores",
+    .summary = "Phase 5: how FlashAttention gets fast. (1) register tiles in float32; with phase 3 step 3 and, on the "
+               "CPU, naive attention with BLAS on the same input.",
+    .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
+    .default_block_m = 128,
+    .default_block_n = 64,
+    .max_step = 3,
+    .cuda_head_dims = CUDA_HEAD_DIMS,
+    .has_dtype = 1,   // steps 2 and 3 compute in fp16 or bf16; the float32 rows run on the same rounded inputs
+};
+
+// What every row of the tables gets: the problem, the contiguous [B, H, S, D] tensors (host or device) and the
+// tile sizes. Steps 2 and 3 add their half-precision inputs here.
+typedef struct {
+    const fa_shape *shape;
+    int block_m, block_n;
+    fa_strides q_strides, kv_strides;   // Q and O; K and V
+    const float *q, *k, *v;
+    float *o, *lse;
+    float *scores;                      // naive with BLAS: S of one head, [Sq, Sk], and its row sums, [Sq]
+    int dtype;                          // steps 2 and 3: the inputs' half type, and the same Q, K, V in it
+    const void *q_half, *k_half, *v_half;
+} row_args;
+
+static void run_lse_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_lse_cpu(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
+                          a->kv_strides, a->o, a->q_strides, a->lse, NULL, NULL);
+}
+static void run_regtile_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_regtile_cpu(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
+                              a->kv_strides, a->o, a->q_strides, a->lse);
+}
+static void run_mma_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_mma_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                          a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+}
+static void run_pipeline_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                               a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+}
+#if FA_HAVE_BLAS
+static void run_naive_blas_cpu(void *p) {
+    const row_args *a = p;
+    naive_attention_blas_cpu(a->shape, a->q, a->k, a->v, a->scores, a->o, a->lse);
+}
+#endif
+#if FA_HAVE_CUDA
+static void run_lse_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_lse_cuda(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
+                           a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+}
+static void run_regtile_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_regtile_cuda(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
+                               a->kv_strides, a->o, a->q_strides, a->lse);
+}
+#else
+#define run_lse_cuda NULL
+#define run_regtile_cuda NULL
+#endif
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+static void run_mma_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_mma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                           a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse);
+}
+static void run_pipeline_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
+                                a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse);
+}
+#else
+#define run_mma_cuda NULL        // no architecture of this build is sm_80 or newer (phase5_tensor_cores/CMakeLists.txt)
+#define run_pipeline_cuda NULL
+#endif
+
+// The rows, in the order they are printed. step 0 marks a baseline, run whatever --step says; a step row runs when
+// --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side.
+typedef struct {
+    const char *label;
+    int step;
+    void (*cpu)(void *args);
+    void (*cuda)(void *args);
+    int needs_scores;   // naive: S of one head, [Sq, Sk] (and [Sq] row sums), instead of per-thread tiles
+    int64_t (*cpu_workspace_bytes)(int64_t D, int block_m, int block_n);
+    int64_t (*cuda_smem_bytes)(int64_t D, int block_m, int block_n);   // NULL: not reported
+    int (*cuda_supports_tiles)(int block_m, int block_n);
+    const char *cuda_tiles_text;
+    int half;           // steps 2 and 3: fp16/bf16 inputs, run with --dtype fp16|bf16, checked by the half rule
+} row_kind;
+
+static const row_kind ROWS[] = {
+#if FA_HAVE_BLAS
+    {"naive BLAS", 0, run_naive_blas_cpu, NULL, 1, NULL, NULL, NULL, NULL, 0},
+#endif
+    {"phase 3 step 3", 0, run_lse_cpu, run_lse_cuda, 0, flash_forward_lse_cpu_workspace_bytes, NULL,
+     flash4d_cuda_supports_tiles, FLASH4D_CUDA_TILES_TEXT, 0},
+    {"step 1 register tiles", 1, run_regtile_cpu, run_regtile_cuda, 0, flash_forward_regtile_cpu_workspace_bytes,
+     flash_forward_regtile_cuda_smem_bytes, regtile_cuda_supports_tiles, REGTILE_CUDA_TILES_TEXT, 0},
+    {"step 2 mma", 2, run_mma_cpu, run_mma_cuda, 0, flash_forward_mma_cpu_workspace_bytes,
+     flash_forward_mma_cuda_smem_bytes, tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
+    {"step 3 pipeline", 3, run_pipeline_cpu, run_pipeline_cuda, 0, flash_forward_pipeline_cpu_workspace_bytes,
+     flash_forward_pipeline_cuda_smem_bytes, tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
+};
+static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
+
+static int row_selected(const fa_options *opt, const row_kind *row) {
+    if (row->half && opt->dtype == FA_DTYPE_FP32) return 0;   // steps 2 and 3 need --dtype fp16|bf16
+    return row->step == 0 || opt->step == 0 || opt->step == row->step;
+}
+
+// Where one device's rows read their inputs and write their outputs, and where the results come back to.
+typedef struct {
+    int is_cuda;
+    const float *q, *k, *v;    // host or device
+    float *o, *lse;            // host or device
+    float *o_host, *lse_host;  // where fa_check_and_time brings the results
+    double upload_ms;
+    const void *q_half, *k_half, *v_half;   // --dtype fp16|bf16: the inputs in that type (host or device)
+    const fa_half_rule *rule;               // and the rule the half rows are checked by
+} device_buffers;
+
+// Runs, checks and times one row on one device.
+static void run_row(fa_report *report, const fa_options *opt, const fa_reference *ref, const device_buffers *dev,
+                    const row_kind *row) {
+    const fa_shape *shape = &opt->shape;
+    row_args args = {.shape = shape, .block_m = opt->block_m, .block_n = opt->block_n,
+                     .q_strides = fa_strides_contiguous(shape->H, shape->Sq, shape->D),
+                     .kv_strides = fa_strides_contiguous(shape->H, shape->Sk, shape->D),
+                     .q = dev->q, .k = dev->k, .v = dev->v, .o = dev->o, .lse = dev->lse};
+    fa_implementation impl = {.label = row->label, .is_cuda = dev->is_cuda, .ctx = &args,
+                              .run = dev->is_cuda ? row->cuda : row->cpu, .flops = fa_flops_forward(shape),
+                              .causal = shape->causal, .upload_ms = dev->upload_ms,
+                              .block_m = opt->block_m, .block_n = opt->block_n};
+    char half_label[48];
+    if (row->half) {
+        args.dtype = opt->dtype;
+        args.q_half = dev->q_half, args.k_half = dev->k_half, args.v_half = dev->v_half;
+        snprintf(half_label, sizeof half_label, "%s %s", row->label, fa_dtype_name(opt->dtype));
+        impl.label = half_label;
+    }
+    if (dev->is_cuda) {
+        // Phase 3 does not export its shared-memory size: its row says what the memory is, as its own driver does.
+        impl.extra_what = row->cuda_smem_bytes ? "shared memory per block" : "tiles in shared memory";
+        if (row->cuda_smem_bytes) impl.extra_bytes = row->cuda_smem_bytes(shape->D, opt->block_m, opt->block_n);
+    } else if (row->needs_scores) {
+        // Naive keeps S (then P, in place) for one head at a time. When even that does not fit, or a size passes
+        // what a BLAS int holds, the row is left out with a note.
+        impl.block_m = impl.block_n = 0;
+        impl.extra_bytes = shape->Sq * (shape->Sk + 1) * (int64_t)sizeof(float);
+        impl.extra_what = "S of one head";
+        const int fits_int = shape->Sq <= INT_MAX && shape->Sk <= INT_MAX && shape->D <= INT_MAX;
+        args.scores = fits_int ? fa_try_alloc_floats(shape->Sq * (shape->Sk + 1)) : NULL;
+        if (!args.scores) {
+            char size[32];
+            fa_format_bytes((double)impl.extra_bytes, size, sizeof size);
+            if (fits_int) fa_report_add_note(report, "%s skipped: its S needs %s, more than the machine has free",
+                                             row->label, size);
+            else fa_report_add_note(report, "%s skipped: a size is larger than a BLAS int", row->label);
+            return;
+        }
+    } else {
+        impl.extra_bytes = opt->threads * row->cpu_workspace_bytes(shape->D, opt->block_m, opt->block_n);
+        impl.extra_what = "per-thread tiles";
+    }
+    if (row->half)
+        fa_half_forward_outputs(&impl, shape, ref, dev->rule, dev->o_host, dev->is_cuda ? dev->o : NULL,
+                                dev->lse_host, dev->is_cuda ? dev->lse : NULL);
+    else
+        fa_forward_outputs(&impl, shape, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
+                           dev->is_cuda ? dev->lse : NULL);
+    fa_check_and_time(report, opt, ref, &impl);
+    free(args.scores);
+}
+
+static void run_device(fa_report *report, const fa_options *opt, const fa_reference *ref, const device_buffers *dev) {
+    for (int r = 0; r < N_ROWS; r++) {
+        const row_kind *row = &ROWS[r];
+        if (!row_selected(opt, row) || (dev->is_cuda ? row->cuda : row->cpu) == NULL) continue;
+        run_row(report, opt, ref, dev, row);
+    }
+}
+
+int main(int argc, char **argv) {
+    fa_options opt;
+    fa_parse_options(argc, argv, &SPEC, &opt);
+    int step_built = opt.step == 0;
+    for (int r = 0; r < N_ROWS; r++) step_built |= ROWS[r].step == opt.step;
+    if (!step_built) fa_die("--step %d is not built yet (steps built: 1, 2, 3)", opt.step);
+    if (opt.step >= 2 && opt.dtype == FA_DTYPE_FP32)
+        fa_die("--step %d computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16", opt.step);
+    // Checked in a build without CUDA too, so that a command line means the same on every machine.
+    for (int r = 0; r < N_ROWS; r++) {
+        const row_kind *row = &ROWS[r];
+        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->cuda_supports_tiles &&
+            !row->cuda_supports_tiles(opt.block_m, opt.block_n))
+            fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
+                   "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
+        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->half &&
+            !tc_cuda_supports_head_dim(opt.shape.D))
+            fa_die("the tensor-core kernels of %s take D = 64 or 128 (got %lld); use --impl cpu for other sizes",
+                   row->label, (long long)opt.shape.D);
+    }
+
+    fa_report report;
+    fa_report_init(&report, SPEC.program, &opt);
+    int use_gpu = fa_use_gpu(&opt, &report);
+#if !FA_HAVE_BLAS
+    if (opt.impl & FA_IMPL_CPU)
+        fa_report_add_note(&report, "naive BLAS row skipped: this build found no BLAS (install OpenBLAS, e.g. "
+                                    "libopenblas-openmp-dev, and configure again)");
+#endif
+    if (opt.dtype == FA_DTYPE_FP32 && opt.step == 0)
+        fa_report_add_note(&report, "step 2 and 3 rows not run: they compute in half precision (--dtype fp16|bf16)");
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+    char why[256];
+    if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1 && tc_cuda_check_device(why, sizeof why) != 0)
+        fa_die("%s", why);
+#else
+    if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1)
+        fa_report_add_note(&report, "step 2 and 3 GPU rows not built: no architecture of this build is sm_80 or newer");
+#endif
+
+    // With --dtype fp16|bf16 the inputs are rounded to that type (every row and the oracle see the same numbers);
+    // the half rows read them in that type and are checked by the half-precision rule.
+    fa_inputs in;
+    fa_make_inputs(&opt, 0, &in);
+    fa_reference ref;
+    fa_make_reference(&opt, &in, 0, &ref);
+    fa_half_inputs half = {0};
+    fa_half_rule rule = {0};
+    if (opt.dtype != FA_DTYPE_FP32) {
+        fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+        fa_make_half_inputs(&opt, &in, &half);
+    }
+
+    float *o = fa_alloc_floats(fa_numel_q(&opt.shape), "O");
+    float *lse = fa_alloc_floats(fa_numel_lse(&opt.shape), "LSE");
+    if (opt.impl & FA_IMPL_CPU) {
+        device_buffers cpu = {0, in.q, in.k, in.v, o, lse, o, lse, 0.0, half.q, half.k, half.v, &rule};
+        run_device(&report, &opt, &ref, &cpu);
+    }
+#if FA_HAVE_CUDA
+    if (use_gpu) {
+        fa_device_inputs dev;
+        fa_upload_inputs(&opt, &in, &dev);
+        float *o_dev = fa_gpu_alloc(fa_numel_q(&opt.shape), "O");
+        float *lse_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "LSE");
+        device_buffers gpu = {1, dev.q, dev.k, dev.v, o_dev, lse_dev, o, lse, dev.upload_ms, NULL, NULL, NULL, &rule};
+        fa_device_half_inputs dev_half = {0};
+        if (opt.dtype != FA_DTYPE_FP32) {
+            fa_upload_half_inputs(&opt, &half, &dev_half);
+            gpu.q_half = dev_half.q, gpu.k_half = dev_half.k, gpu.v_half = dev_half.v;
+        }
+        run_device(&report, &opt, &ref, &gpu);
+        if (opt.dtype != FA_DTYPE_FP32) fa_free_device_half_inputs(&dev_half);
+        fa_gpu_free(o_dev);
+        fa_gpu_free(lse_dev);
+        fa_free_device_inputs(&dev);
+    }
+#else
+    (void)use_gpu;
+#endif
+
+    int status = fa_finish(&report, &opt);
+    free(o);
+    free(lse);
+    fa_free_reference(&ref);
+    if (opt.dtype != FA_DTYPE_FP32) fa_free_half_inputs(&half);
+    fa_free_inputs(&in);
+    return status;
+}

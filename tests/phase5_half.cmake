@@ -1,0 +1,71 @@
+# Phase 5 steps 2 and 3: tensor cores in fp16 and bf16, CPU twins and CUDA, each run checked by the half-precision
+# rule (common/fa_driver.c, fa_make_half_rule): at most 2x the error of the straightforward implementation at the same
+# precision, measured in the same run, plus the float32 tolerance. A run without --step runs steps 1, 2 and 3 and the
+# baselines on the same rounded inputs (the float32 rows keep the float32 tolerance).
+# Shapes: B and H > 1; S in {1, 17, 100, 130, 1000}, Sq != Sk both ways; D = 64 and 128 (the CPU also other D);
+# causal and not; the CUDA tiles 128x64 (default) and 64x64, any tile on the CPU; large logits.
+set(phase5_half_shapes
+  "B2_H3_S1_D64|--B|2|--H|3|--S|1|--D|64"
+  "B2_H2_S17_D128_causal|--B|2|--H|2|--S|17|--D|128|--causal"
+  "B2_H2_Sq100_Sk130_D64|--B|2|--H|2|--Sq|100|--Sk|130|--D|64"
+  "B2_H2_Sq130_Sk100_D128_causal|--B|2|--H|2|--Sq|130|--Sk|100|--D|128|--causal"
+  "B2_H2_Sq130_Sk100_D64_causal_tile64x64|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal|--block-m|64|--block-n|64"
+  "B2_H2_Sq100_Sk130_D128_tile64x64|--B|2|--H|2|--Sq|100|--Sk|130|--D|128|--block-m|64|--block-n|64"
+  "B1_H2_S1000_D64_causal|--B|1|--H|2|--S|1000|--D|64|--causal"
+  "B1_H2_S1000_D128|--B|1|--H|2|--S|1000|--D|128"
+  "B3_H1_Sq1_Sk1000_D64_causal|--B|3|--H|1|--Sq|1|--Sk|1000|--D|64|--causal"
+  "B1_H2_Sq1000_Sk1_D128|--B|1|--H|2|--Sq|1000|--Sk|1|--D|128"
+  "B1_H2_S300_D64_causal_logits80|--B|1|--H|2|--S|300|--D|64|--causal|--scale|8")
+foreach(entry ${phase5_half_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(dtype fp16 bf16)
+    foreach(impl cpu cuda)
+      fa_add_check_test(NAME phase5_${impl}_${dtype}_${name} LABEL phase5 BINARY phase5_tensor_cores IMPL ${impl}
+                        ARGS --dtype ${dtype} ${parts})
+    endforeach()
+  endforeach()
+endforeach()
+
+# CPU only: D that the GPU kernels do not take, and any tile size (steps 2 and 3 only: step 1's CUDA list is moot).
+foreach(dtype fp16 bf16)
+  fa_add_check_test(NAME phase5_cpu_${dtype}_B2_H2_Sq33_Sk20_D40_tile17x5_causal LABEL phase5 BINARY phase5_tensor_cores
+                    IMPL cpu ARGS --dtype ${dtype} --B 2 --H 2 --Sq 33 --Sk 20 --D 40 --block-m 17 --block-n 5 --causal)
+  fa_add_check_test(NAME phase5_cpu_${dtype}_B1_H2_S130_D96_tile300x700 LABEL phase5 BINARY phase5_tensor_cores
+                    IMPL cpu ARGS --dtype ${dtype} --B 1 --H 2 --S 130 --D 96 --block-m 300 --block-n 700)
+endforeach()
+
+# GPU only, the benchmark shapes: steps 2 and 3 at B=4 H=16 S=4096, fp16 and bf16, D = 64 and 128, causal and not.
+foreach(dtype fp16 bf16)
+  foreach(D 64 128)
+    foreach(causal "" "--causal")
+      set(name phase5_cuda_${dtype}_B4_H16_S4096_D${D})
+      if(causal)
+        set(name ${name}_causal)
+      endif()
+      fa_add_check_test(NAME ${name} LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
+                        ARGS --dtype ${dtype} --B 4 --H 16 --S 4096 --D ${D} ${causal} --check-heads 2)
+    endforeach()
+  endforeach()
+endforeach()
+
+# The conversions (every fp16 and bf16 bit pattern, ties, a sweep of float32) and the rule itself: the CPU twins pass
+# it, and one element moved just past it, in O or in LSE, fails it.
+add_executable(test_phase5_half test_phase5_half.c)
+target_link_libraries(test_phase5_half PRIVATE phase5_kernels)
+foreach(t convert rule)
+  add_test(NAME phase5_half_${t} COMMAND test_phase5_half ${t})
+  set_tests_properties(phase5_half_${t} PROPERTIES LABELS "phase5;cpu")
+endforeach()
+
+# Bad input: one line on stderr, exit status 2, before any work.
+fa_add_bad_input_test(NAME phase5_bad_dtype LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype fp8)
+fa_add_bad_input_test(NAME phase5_bad_dtype_empty LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype)
+fa_add_bad_input_test(NAME phase5_bad_step2_fp32 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 2)
+fa_add_bad_input_test(NAME phase5_bad_step3_dtype_fp32 LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --step 3 --dtype fp32)
+fa_add_bad_input_test(NAME phase5_bad_half_D32_cuda LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --impl cuda --dtype fp16 --step 2 --D 32)
+fa_add_bad_input_test(NAME phase5_bad_half_tiles_cuda LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --impl cuda --dtype bf16 --step 3 --block-m 64 --block-n 32)
+fa_add_bad_input_test(NAME phase5_bad_dtype_phase3 LABEL phase5 BINARY phase3_forward_4d ARGS --dtype fp16)

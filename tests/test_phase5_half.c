@@ -1,0 +1,195 @@
+// test_phase5_half.c - half precision: the fp16/bf16 conversions (common/fa_half.c), and the half-precision rule
+// (common/fa_driver.c) passing a correct result of phase 5 step 2 and step 3 and failing a planted wrong element.
+// Usage: test_phase5_half convert|rule
+#include "fa_driver.h"
+#include "fa_half.h"
+#include "fa_tensor.h"
+#include "tensor_cores.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+#define EXPECT(cond)                                                                  \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);       \
+            failures++;                                                               \
+        }                                                                             \
+    } while (0)
+
+// ---------------------------------------------------------------------------------------------------------------
+// The conversions, against a reference written the other way: in double precision, from the definition. A finite x
+// rounds to a multiple of its ulp (2^(e - mantissa_bits), e = floor(log2|x|), never below the smallest normal
+// exponent: that is where the subnormals' fixed spacing comes from), to nearest, ties to the even multiple; at or
+// past the overflow threshold (the largest finite value plus half its ulp) it becomes Inf.
+static double reference_round(double x, int mantissa_bits, int min_exponent, double overflow) {
+    if (isnan(x) || isinf(x)) return x;
+    const double a = fabs(x);
+    if (a >= overflow) return copysign(INFINITY, x);
+    if (a == 0.0) return x;
+    int e = (int)floor(log2(a));
+    if (e < min_exponent) e = min_exponent;
+    const double ulp = ldexp(1.0, e - mantissa_bits), units = a / ulp, below = floor(units);
+    const double rest = units - below;
+    const double r = rest > 0.5 ? below + 1 : rest < 0.5 ? below : (fmod(below, 2.0) == 0 ? below : below + 1);
+    return copysign(r * ulp, x);
+}
+static double reference_fp16(float x) { return reference_round(x, 10, -14, 65520.0); }
+static double reference_bf16(float x) { return reference_round(x, 7, -126, ldexp(2.0 - ldexp(1.0, -8), 127)); }
+
+static float float_of_bits(uint32_t bits) {
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+// x through the conversion (float -> half -> float) equals the reference, signed zeros and NaN included.
+static int converts_right(float x, int dtype) {
+    const float got = fa_round_to_dtype(x, dtype);
+    const double want = dtype == FA_DTYPE_FP16 ? reference_fp16(x) : reference_bf16(x);
+    if (isnan(want)) return isnan(got);
+    return (double)got == want && !!signbit(got) == !!signbit(want);
+}
+
+static void test_convert(void) {
+    // Every fp16 decodes to the value its bits define: (-1)^s * 2^(e-15) * 1.m, or 2^-14 * 0.m for e = 0.
+    for (uint32_t h = 0; h < 65536; h++) {
+        const uint32_t e = (h >> 10) & 31u, m = h & 1023u;
+        const double magnitude = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, (int)e - 25);
+        const float got = fa_fp16_to_float((uint16_t)h);
+        if (e == 31) {
+            EXPECT(m == 0 ? isinf(got) : isnan(got));
+        } else {
+            EXPECT((double)fabsf(got) == magnitude);
+            // and encodes back to itself
+            EXPECT(fa_float_to_fp16(got) == h);
+        }
+        EXPECT(!!signbit(got) == !!(h & 0x8000u));
+        // every bf16 is the top half of a float32, and encodes back to itself (NaNs stay NaN)
+        const float b = fa_bf16_to_float((uint16_t)h);
+        EXPECT(isnan(b) ? isnan(fa_bf16_to_float(fa_float_to_bf16(b))) : fa_float_to_bf16(b) == h);
+    }
+    // Ties between neighbouring fp16 values go to the even one; a hair above goes up (both are floats exactly).
+    for (uint16_t h = 0; h < 0x7bff; h++) {
+        const double lo = fa_fp16_to_float(h), hi = fa_fp16_to_float((uint16_t)(h + 1)), mid = (lo + hi) / 2;
+        EXPECT(fa_float_to_fp16((float)mid) == ((h & 1u) ? h + 1 : h));
+        EXPECT(fa_float_to_fp16(nextafterf((float)mid, INFINITY)) == h + 1);
+        EXPECT(fa_float_to_fp16(nextafterf((float)mid, 0.0f)) == h);
+    }
+    // A sweep over the whole float32 range (every 997th bit pattern: all exponents, both signs, NaNs, Infs).
+    int64_t wrong16 = 0, wrong_bf16 = 0;
+    for (uint64_t bits = 0; bits < (UINT64_C(1) << 32); bits += 997) {
+        const float x = float_of_bits((uint32_t)bits);
+        wrong16 += !converts_right(x, FA_DTYPE_FP16);
+        wrong_bf16 += !converts_right(x, FA_DTYPE_BF16);
+    }
+    EXPECT(wrong16 == 0);
+    EXPECT(wrong_bf16 == 0);
+    // The edges, by name.
+    const float edges[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f,
+                           0x1.000002p-25f, 0x1.8p-24f, 3.0e38f, 3.3961776e38f, 3.4028235e38f, INFINITY, -INFINITY,
+                           NAN, 1.0f / 3.0f, -2.71828f, 1e-40f, -1e-45f};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        EXPECT(converts_right(edges[i], FA_DTYPE_FP16));
+        EXPECT(converts_right(edges[i], FA_DTYPE_BF16));
+    }
+    EXPECT(fa_float_to_fp16(65519.99f) == 0x7bff && fa_float_to_fp16(65520.0f) == 0x7c00);
+    EXPECT(fa_float_to_bf16(1.0f) == 0x3f80 && fa_float_to_bf16(-2.0f) == 0xc000);
+    EXPECT(isnan(fa_fp16_to_float(fa_float_to_fp16(float_of_bits(0x7f800001u)))));   // a NaN whose payload is low
+    EXPECT(isnan(fa_bf16_to_float(fa_float_to_bf16(float_of_bits(0x7f800001u)))));
+    EXPECT(fa_dtype_parse("fp16") == FA_DTYPE_FP16 && fa_dtype_parse("bf16") == FA_DTYPE_BF16 &&
+           fa_dtype_parse("fp32") == FA_DTYPE_FP32 && fa_dtype_parse("half") == -1);
+    printf("convert: %lld + %lld sweep values, every fp16 and bf16 bit pattern, %d failure(s)\n",
+           (long long)((UINT64_C(1) << 32) / 997), (long long)((UINT64_C(1) << 32) / 997), failures);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The rule: a correct result (the CPU twins of steps 2 and 3) passes it; the same result with one element moved
+// just past it, in O or in LSE, fails it.
+static const fa_cli_spec SPEC = {.program = "test_phase5_half", .summary = "", .defaults = {1, 1, 1, 1, 1, 0, 0.0f},
+                                 .default_block_m = 64, .default_block_n = 64, .has_dtype = 1};
+
+static void test_rule_case(const char *dtype, const char *causal, int step) {
+    char *argv[] = {"test_phase5_half", "--dtype", (char *)dtype, "--B", "2", "--H", "2", "--Sq", "130", "--Sk", "100",
+                    "--D", "64", (char *)causal, NULL};
+    const int argc = causal ? 14 : 13;
+    fa_options opt;
+    fa_parse_options(argc, argv, &SPEC, &opt);
+    const fa_shape *s = &opt.shape;
+    fa_report report;
+    fa_report_init(&report, SPEC.program, &opt);
+    fa_inputs in;
+    fa_make_inputs(&opt, 0, &in);
+    fa_reference ref;
+    fa_make_reference(&opt, &in, 0, &ref);
+    fa_half_rule rule;
+    fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+    EXPECT(report.n_checks == 2 && report.checks[0].pass && report.checks[1].pass);   // the reference's own rows
+    EXPECT(rule.ref_err_o > 0.0 && rule.tol_o > 2.0 * rule.ref_err_o && rule.tol_lse > 0.0);
+
+    fa_half_inputs half;
+    fa_make_half_inputs(&opt, &in, &half);
+    float *o = fa_alloc_floats(fa_numel_q(s), "O"), *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
+    fa_poison(o, fa_numel_q(s));
+    fa_poison(lse, fa_numel_lse(s));
+    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(s->H, s->Sk, s->D);
+    if (step == 2)
+        flash_forward_mma_cpu(s, opt.dtype, 64, 64, half.q, qs, half.k, ks, half.v, ks, o, qs, lse, NULL);
+    else
+        flash_forward_pipeline_cpu(s, opt.dtype, 128, 64, half.q, qs, half.k, ks, half.v, ks, o, qs, lse, NULL);
+
+    int64_t dims_o[4], dims_lse[4];
+    fa_dims_q(s, dims_o);
+    fa_dims_lse(s, dims_lse);
+    fa_check c_o = fa_verify_results("cpu", "O", o, ref.o, dims_o, ref.heads, rule.tol_o);
+    fa_check c_lse = fa_verify_results("cpu", "LSE", lse, ref.lse, dims_lse, ref.heads, rule.tol_lse);
+    EXPECT(c_o.pass && c_lse.pass);
+    printf("rule %s%s step %d: reference O %.2e LSE %.2e; step O %.2e (tol %.2e) LSE %.2e (tol %.2e)\n", dtype,
+           causal ? " causal" : "", step, rule.ref_err_o, rule.ref_err_lse, c_o.rel_err, rule.tol_o, c_lse.rel_err,
+           rule.tol_lse);
+
+    // One element of the last head, moved from the oracle's value by 1.01 x the allowed error: it must fail. The
+    // largest |value| (the rule's unit) is unchanged by it, so the element alone decides.
+    const double max_o = c_o.rel_err > 0.0 ? c_o.max_abs_err / c_o.rel_err : 1.0;
+    const int64_t at = fa_numel_q(s) - 5;
+    const float saved = o[at];
+    o[at] = (float)(ref.o[at] + (ref.o[at] > 0 ? -1.01 : 1.01) * rule.tol_o * max_o);
+    EXPECT(!fa_verify_results("planted", "O", o, ref.o, dims_o, ref.heads, rule.tol_o).pass);
+    o[at] = saved;
+    const double max_lse = c_lse.rel_err > 0.0 ? c_lse.max_abs_err / c_lse.rel_err : 1.0;
+    lse[7] = (float)(ref.lse[7] + 1.01 * rule.tol_lse * max_lse);
+    EXPECT(!fa_verify_results("planted", "LSE", lse, ref.lse, dims_lse, ref.heads, rule.tol_lse).pass);
+
+    free(o);
+    free(lse);
+    fa_free_half_inputs(&half);
+    fa_free_reference(&ref);
+    fa_free_inputs(&in);
+}
+
+static void test_rule(void) {
+    const char *dtypes[] = {"fp16", "bf16"};
+    for (int d = 0; d < 2; d++)
+        for (int step = 2; step <= 3; step++) {
+            test_rule_case(dtypes[d], NULL, step);
+            test_rule_case(dtypes[d], "--causal", step);
+        }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s convert|rule\n", argv[0]);
+        return FA_EXIT_BAD_INPUT;
+    }
+    if (strcmp(argv[1], "convert") == 0) test_convert();
+    else if (strcmp(argv[1], "rule") == 0) test_rule();
+    else {
+        fprintf(stderr, "unknown test '%s'\n", argv[1]);
+        return FA_EXIT_BAD_INPUT;
+    }
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
