@@ -42,10 +42,6 @@ static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     return block_m * D_pad + D_pad * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
 }
 
-int64_t flash_forward_causal_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
-    return workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
-}
-
 static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
     w.D_pad = round_up(D, VEC);

@@ -47,10 +47,8 @@ void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, con
                             const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                             fa_strides o_strides, float *lse, float *lse_residual);
 
-// Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. Each step file
-// has its own copy (the three are equal), so that every step file is complete on its own.
-int64_t flash_forward_grid4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
-int64_t flash_forward_causal_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+// Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. The three steps'
+// tiles are the same, so the driver asks step 3 for all of them.
 int64_t flash_forward_lse_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
 // What the CUDA kernels are compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation per step, and
