@@ -97,10 +97,11 @@ def read_csvs(paths):
 
 
 def drop_repeated_baselines(rows):
-    """Later phases time an earlier phase's implementation again as their baseline (phase 1's naive forward; phase
-    3's forward in phase 4, labelled "forward (phase 3 step 3)"); the earlier phase's own rows are enough."""
-    return [r for r in rows if not ((r.step == "naive" and r.phase != "phase1_naive") or
-                                    re.search(r"\(phase \d", r.step))]
+    """Later phases time an earlier phase's implementation again as their baseline (phase 1's naive forward, labelled
+    "naive" or "naive forward"; phase 3's step 3, labelled "forward (phase 3 step 3)" in phase 4 and "phase 3 step 3"
+    in phase 5); the earlier phase's own rows are enough. Phase 5's "naive BLAS" is a baseline of its own: kept."""
+    return [r for r in rows if not ((r.step in ("naive", "naive forward") and r.phase != "phase1_naive") or
+                                    re.search(r"phase \d step", r.step))]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -173,7 +174,10 @@ def machine_line(rows, threads_note=True):
 
 def shape_text(rows, D, causal=None):
     shapes = sorted({(r.B, r.H) for r in rows})
+    half = sorted({m.group(0) for r in rows for m in [re.search(r"\b(fp16|bf16)$", r.step)] if m})
     text = ", ".join(f"B={b} H={h}" for b, h in shapes) + f" D={D}, float32"
+    if half:   # phase 5's tensor-core steps: their label ends with the input type
+        text += " (" + "/".join(half) + " inputs where the label says)"
     if causal is not None:
         text += ", causal" if causal else ", non-causal"
     return text
