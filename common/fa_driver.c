@@ -276,6 +276,7 @@ static void add_timing_row(fa_report *report, const fa_implementation *impl, con
     row.block_m = impl->block_m;
     row.block_n = impl->block_n;
     row.causal = impl->causal;
+    row.backward = impl->backward;
     row.median_ms = t.median_ms;
     row.min_ms = t.min_ms;
     row.flops = impl->flops;
@@ -418,18 +419,6 @@ void fa_free_half_inputs(fa_half_inputs *half) {
     free(half->v);
 }
 
-// The largest |want| over the heads the oracle computed.
-static double max_abs_checked(const double *want, const int64_t dims[4], const unsigned char *heads) {
-    const int64_t per_head = dims[2] * dims[3], BH = dims[0] * dims[1];
-    double m = 0.0;
-    for (int64_t bh = 0; bh < BH; bh++) {
-        if (heads && !heads[bh]) continue;
-        for (int64_t i = bh * per_head; i < (bh + 1) * per_head; i++)
-            if (isfinite(want[i])) m = fmax(m, fabs(want[i]));
-    }
-    return m;
-}
-
 void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs *in, const fa_reference *ref,
                        fa_half_rule *rule) {
     const fa_shape *s = &opt->shape;
@@ -442,18 +431,22 @@ void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs
     float *lse = fa_alloc_floats(fa_numel_lse(s), "the half reference's LSE");
     memset(o, 0, (size_t)fa_numel_q(s) * sizeof(float));
     memset(lse, 0, (size_t)fa_numel_lse(s) * sizeof(float));
-    fa_set_threads(omp_get_num_procs());
+    fa_set_threads(opt->threads);
     fa_half_reference_forward(s, dtype, in->q, in->k, in->v, ref->heads, o, lse);
 
     // The bound the reference's own arithmetic guarantees. Rounding P_ij to the half type moves it by at most
-    // u * P_ij (and, for an fp16 subnormal, by at most 2^-25), and O_i = sum_j P_ij V_j with sum_j P_ij = 1.
+    // u * P_ij (and, for an fp16 subnormal, by at most 2^-25), and O_i = sum_j P_ij V_j with sum_j P_ij = 1. Errors
+    // are measured against the oracle's scale for O (fa_oracle_magnitudes), as every row's are, so that the rule's
+    // tolerances below and the rows they are applied to (fa_forward_outputs) use the same unit.
     const double u = fa_dtype_unit_roundoff(dtype), subnormal = dtype == FA_DTYPE_FP16 ? 0x1p-25 * (double)s->Sk : 0.0;
-    const double max_v = max_abs(in->v, fa_numel_kv(s)), max_o = max_abs_checked(ref->o, dims_o, ref->heads);
-    const double bound_o = max_o > 0.0 ? (2.0 * u + subnormal) * max_v / max_o : 0.0;
+    const double max_v = max_abs(in->v, fa_numel_kv(s));
+    const double bound_o = ref->scale.o > 0.0 ? (2.0 * u + subnormal) * max_v / ref->scale.o : 0.0;
     char label[48];
     snprintf(label, sizeof label, "%s reference%s", fa_dtype_name(dtype), s->causal ? " (causal)" : "");
-    fa_check check_o = fa_verify_results(label, "O", o, ref->o, dims_o, ref->heads, bound_o + ref->tol_forward);
-    fa_check check_lse = fa_verify_results(label, "LSE", lse, ref->lse, dims_lse, ref->heads, ref->tol_forward);
+    fa_check check_o = fa_verify_results_scaled(label, "O", o, ref->o, dims_o, ref->heads, bound_o + ref->tol_forward,
+                                                ref->scale.o);
+    fa_check check_lse = fa_verify_results_scaled(label, "LSE", lse, ref->lse, dims_lse, ref->heads,
+                                                  ref->tol_forward, ref->scale.lse);
     fa_report_add_check(report, check_o);
     fa_report_add_check(report, check_lse);
 

@@ -59,6 +59,7 @@ typedef struct {
     const char *extra_what;     // what it is, e.g. "S, P"
     int block_m, block_n;
     int causal;                 // for the timing table (a driver may run causal and non-causal side by side)
+    int backward;               // 1 for a backward pass (the CSV's kind column; its flops are fa_flops_backward)
     double upload_ms;           // cuda: time the inputs took to reach the device
 } fa_implementation;
 
@@ -128,12 +129,12 @@ void fa_free_half_inputs(fa_half_inputs *half);
 // most 2x the error of the straightforward implementation at the same precision (fa_half_reference_forward), run
 // on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward): the accumulation is float32
 // everywhere, so a float32-sized difference (tensor cores add in another order) is always allowed, and a reference
-// error of exactly zero cannot fail a correct result. Errors are relative to the oracle's largest |value|, like
-// every check. The reference is itself checked, against the bound its arithmetic guarantees (rounding P costs at
+// error of exactly zero cannot fail a correct result. Errors are relative to the oracle's scale of each output
+// (fa_oracle_magnitudes), like every check. The reference is itself checked, against the bound its arithmetic guarantees (rounding P costs at
 // most 2u * max|V| in O, u the dtype's unit roundoff; LSE is float32), so a broken reference cannot loosen the rule.
 typedef struct {
     int dtype;
-    double ref_err_o, ref_err_lse;   // the reference's relative errors against the oracle
+    double ref_err_o, ref_err_lse;   // the reference's relative errors against the oracle (fa_reference.scale)
     double tol_o, tol_lse;           // 2 x those + the float32 tolerance
 } fa_half_rule;
 // Runs the reference on the oracle's heads, adds its two rows ("fp16 reference", O and LSE) to the check block and

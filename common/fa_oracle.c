@@ -160,6 +160,8 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                           const double *o, const double *lse, const unsigned char *heads, fa_magnitudes *mag) {
     const int64_t D = s->D, BH = s->B * s->H;
     double mag_o = 0.0, mag_lse = 0.0, mag_dq = 0.0, mag_dk = 0.0, mag_dv = 0.0;
+    // |Delta_i| = |dO_i . O_i| of every row, once: both passes below need it.
+    double *delta = dout ? fa_oracle_alloc_heads(s, heads, s->Sq, "oracle |Delta|") : NULL;
     // Rows: O, LSE and dQ are sums over the keys of one query row.
 #pragma omp parallel if (worth_threads(s)) reduction(max : mag_o, mag_lse, mag_dq)
     {
@@ -170,14 +172,15 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                 if (heads && !heads[bh]) continue;
                 const int64_t row = bh * s->Sq + i;
                 const double *q_row = q + row * D, *k_head = k + bh * s->Sk * D, *v_head = v + bh * s->Sk * D;
-                const double delta = dout ? fabs(dot(dout + row * D, o + row * D, D)) : 0.0;
+                if (delta) delta[row] = fabs(dot(dout + row * D, o + row * D, D));
                 double max_score = -INFINITY;
                 for (int64_t d = 0; d < D; d++) sum_o[d] = sum_dq[d] = 0.0;
                 for (int64_t j = 0; j < visible_keys(s, i); j++) {
                     const double score = s->scale * dot(q_row, k_head + j * D, D);
                     const double p = exp(score - lse[row]);
                     if (score > max_score) max_score = score;
-                    const double ds_terms = dout ? p * (fabs(dot(dout + row * D, v_head + j * D, D)) + delta) : 0.0;
+                    const double ds_terms =
+                        delta ? p * (fabs(dot(dout + row * D, v_head + j * D, D)) + delta[row]) : 0.0;
                     for (int64_t d = 0; d < D; d++) {
                         sum_o[d] += p * fabs(v_head[j * D + d]);
                         sum_dq[d] += s->scale * ds_terms * fabs(k_head[j * D + d]);
@@ -207,7 +210,7 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                         const int64_t row = bh * s->Sq + i;
                         const double *q_row = q + row * D, *do_row = dout + row * D;
                         const double p = exp(s->scale * dot(q_row, k_row, D) - lse[row]);
-                        const double ds_terms = p * (fabs(dot(do_row, v_row, D)) + fabs(dot(do_row, o + row * D, D)));
+                        const double ds_terms = p * (fabs(dot(do_row, v_row, D)) + delta[row]);
                         for (int64_t d = 0; d < D; d++) {
                             sum_dv[d] += p * fabs(do_row[d]);
                             sum_dk[d] += s->scale * ds_terms * fabs(q_row[d]);
@@ -222,5 +225,6 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
             free(sum_dk);
         }
     }
+    free(delta);
     *mag = (fa_magnitudes){mag_o, mag_lse, mag_dq, mag_dk, mag_dv};
 }

@@ -237,14 +237,6 @@ static void csv_text(FILE *f, const char *text) {
     for (const char *c = text; *c; c++) fputc(*c == ',' ? ';' : *c, f);
 }
 
-// Which pass a row timed, read off the FLOP convention it was given (fa_shape.c): the backward counts 2.5 times
-// the forward, so a row whose FLOPs are fa_flops_backward() of its shape timed a backward pass.
-static const char *pass_kind(const fa_report *r, const fa_timing_row *row) {
-    fa_shape shape = r->shape;
-    shape.causal = row->causal;
-    return row->flops > 0 && row->flops == fa_flops_backward(&shape) ? "backward" : "forward";
-}
-
 // The tolerance the row's outputs were checked with (the largest, when it has several: dQ, dK, dV after O, LSE),
 // or 0 when it was not checked.
 static double row_tolerance(const fa_report *r, const fa_timing_row *row) {
@@ -280,7 +272,7 @@ void fa_report_write_csv(const fa_report *r, const char *path) {
         fprintf(f, "%s,", r->program);
         csv_step(f, row);
         fprintf(f, ",%s,%s,%d,%lld,%lld,%lld,%lld,%lld,%d,%d,%d,%s,%.3g,%s,%.6f,%.6f,%.3f,%.6g,%lld,%.6f,",
-                pass_kind(r, row), row->impl, row->threads, (long long)s->B, (long long)s->H, (long long)s->Sq,
+                row->backward ? "backward" : "forward", row->impl, row->threads, (long long)s->B, (long long)s->H, (long long)s->Sq,
                 (long long)s->Sk, (long long)s->D, row->causal, row->block_m, row->block_n,
                 row->pass < 0 ? "" : (row->pass ? "1" : "0"), row_tolerance(r, row), row->status, row->median_ms,
                 row->min_ms, gflops, row->flops, (long long)row->extra_bytes, row->copy_ms);

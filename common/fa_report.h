@@ -20,6 +20,7 @@ typedef struct {
     int threads;            // CPU threads (0 for cuda)
     int block_m, block_n;   // tile sizes used (0 when the implementation has none)
     int causal;
+    int backward;           // 1 when it timed a backward pass (the CSV's kind column)
     double median_ms, min_ms;
     double flops;           // by the suite's convention (fa_flops_forward / fa_flops_backward)
     int64_t extra_bytes;    // memory beyond inputs and outputs (S and P of the naive version, workspaces)

@@ -169,7 +169,7 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
         if (!(opt->dq_mode & modes[m])) continue;
         backward_args args = {s, opt->block_m, opt->block_n, modes[m], t};
         fa_implementation impl = {.label = labels[m], .is_cuda = is_cuda, .ctx = &args,
-                                  .flops = fa_flops_backward(s), .extra_bytes = extra,
+                                  .flops = fa_flops_backward(s), .backward = 1, .extra_bytes = extra,
                                   .extra_bytes_per_thread = per_thread,
                                   .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
                                   .block_m = opt->block_m, .block_n = opt->block_n,
@@ -269,7 +269,8 @@ int main(int argc, char **argv) {
         if (have_naive) {
             naive_args args = {shape, in.q, in.k, in.v, naive_o, probs, in.dout, dscores, host.dq, host.dk, host.dv};
             fa_implementation naive = {.label = NAIVE_LABEL, .run = run_naive_cpu, .ctx = &args,
-                                       .flops = fa_flops_backward(shape), .extra_bytes = (int64_t)naive_bytes,
+                                       .flops = fa_flops_backward(shape), .backward = 1,
+                                       .extra_bytes = (int64_t)naive_bytes,
                                        .extra_what = "P, dP/dS", .causal = shape->causal};
             backward_outputs(&naive, shape, &ref, host, no_device, NULL);
             fa_check_and_time(&report, &opt, &ref, &naive);
@@ -331,7 +332,8 @@ int main(int argc, char **argv) {
             naive_args args = {shape, dev.q, dev.k, dev.v, naive_o_dev, probs, dev.dout, dscores,
                                device.dq, device.dk, device.dv};
             fa_implementation naive = {.label = NAIVE_LABEL, .is_cuda = 1, .run = run_naive_cuda, .ctx = &args,
-                                       .flops = fa_flops_backward(shape), .extra_bytes = (int64_t)naive_bytes,
+                                       .flops = fa_flops_backward(shape), .backward = 1,
+                                       .extra_bytes = (int64_t)naive_bytes,
                                        .extra_what = "P, dP/dS", .causal = shape->causal,
                                        .upload_ms = dev.upload_ms};
             backward_outputs(&naive, shape, &ref, host, device, NULL);

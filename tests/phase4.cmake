@@ -95,10 +95,7 @@ fa_add_saved_numpy_tests(LABEL phase4 BINARY phase4_backward)
 if(Python3_Interpreter_FOUND)
   foreach(impl cpu cuda)
     foreach(D 16 64)
-      set(device cpu)
-      if(impl STREQUAL "cuda")
-        set(device gpu)
-      endif()
+      fa_device_label(${impl} device)
       add_test(NAME phase4_${impl}_large_logits_D${D}
                COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/large_logits.py --no-pytorch --impl ${impl}
                        --D ${D} --bin $<TARGET_FILE_DIR:phase4_backward> --dir ${CMAKE_CURRENT_BINARY_DIR}/ll_${impl}_${D})
