@@ -191,7 +191,8 @@ def check_headline(tools, build, out):
     fresh(out)
     log = []
     for binary, extra in (("phase1_naive", []), ("phase3_forward_4d", ["--step", "3"]),
-                          ("phase4_backward", ["--dq", "deterministic"]), ("phase4_backward", ["--dq", "atomic"])):
+                          ("phase4_backward", ["--dq", "deterministic"]), ("phase4_backward", ["--dq", "atomic"]),
+                          ("phase5_tensor_cores", ["--dtype", "bf16"]), ("phase5_tensor_cores", ["--dtype", "fp16"])):
         for D in ("64", "128"):
             for causal in ([], ["--causal"]):
                 flags = ["--impl", "cpu", "--threads", "1", "--B", "1", "--H", "1", "--S", "128", "--D", D, "--iters",
@@ -199,6 +200,13 @@ def check_headline(tools, build, out):
                 proc = subprocess.run([os.path.join(build, "bin", binary), *flags], stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True)
                 log += [f"$ {binary} {' '.join(flags)}"] + proc.stdout.splitlines()
+    # PyTorch's block, in tools/pytorch_compare.py's progress format (no PyTorch here: the numbers are placeholders for
+    # the parser, 1000 GFLOP/s per row).
+    log.append("$ pytorch_compare.py --csv CSV --B 4 --H 16 --S 4096 --D 64 128")
+    for label in ("sdpa efficient", "sdpa flash fp16", "sdpa flash bf16", "sdpa cudnn fp16", "sdpa cudnn bf16"):
+        for D in (64, 128):
+            for causal in ("no ", "yes"):
+                log.append(f"{label:<30} S=4096   D={D:<4} causal={causal:<4} ok           1.000 ms     1000.0 GFLOP/s")
     text = "\n".join(log)
     text = re.sub(r"^(  \S.*\s(?:yes|no)\s+)cpu(\s+)1 ", r"\1cuda\2- ", text, flags=re.MULTILINE)
     text = text.replace("GPU: none", "GPU: Test GPU, compute capability 9.0, 132 SMs, 1980 MHz (memory 2619 MHz)")
@@ -208,7 +216,8 @@ def check_headline(tools, build, out):
     script = os.path.join(tools, "headline_tables.py")
     proc = run([sys.executable, script, path])
     expect(proc.returncode == 0, f"headline_tables.py exited {proc.returncode}")
-    expect(proc.stdout.count("Measured on an Test GPU (132 SMs, 1980 MHz)") == 4, "not four tables naming the GPU")
+    expect(proc.stdout.count("Measured on an Test GPU (132 SMs, 1980 MHz)") == 5, "not five tables naming the GPU")
+    expect("| PyTorch cuDNN, fp16 / bf16 | 1.0 / 1.0 |" in proc.stdout, "chapter 06's table lacks PyTorch's rows")
     want = re.search(r"^\$ phase3_forward_4d .*--D 64 --iters 2 --step 3$(?:\n.*)*?\n  step 3 +no +cuda +- +([\d.]+)",
                      text, re.MULTILINE)
     expect(want and f"| 64 | {float(want[1]):.2f} (" in proc.stdout, "chapter 03's table lacks the log's step 3 time")

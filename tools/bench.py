@@ -478,19 +478,25 @@ def pytorch_rows(args, tmp, log, bin_dir):
     csv_path = os.path.join(tmp, "pytorch.csv")
     sizes = ["128", "256"] if args.quick else [str(S) for S in S_ALL]
     head_dims = ["64"] if args.quick else [str(D) for D in HEAD_DIMS]
-    cmd = [sys.executable, script, "--csv", csv_path, "--B", str(B), "--H", str(H), "--S", *sizes, "--D", *head_dims]
-    print("pytorch: " + " ".join(cmd[1:]), flush=True)
-    log.write(f"\n$ {' '.join(cmd)}\n")
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        lines = []
-        for line in proc.stdout:   # one line per measurement: the progress
-            log.write(line)
-            lines.append(line.strip())
-            print(f"pytorch: {line.rstrip()}", flush=True)
-    if proc.returncode == EXIT_SKIP:
-        return [], True, "PyTorch: skipped (" + (lines[-1] if lines else "not installed") + ")"
-    ok = proc.returncode == 0
-    words = [f"PyTorch timings: {'ok' if ok else 'FAILED, exit status %d (see bench.log)' % proc.returncode}"]
+    common = [sys.executable, script, "--csv", csv_path, "--B", str(B), "--H", str(H), "--S", *sizes, "--D", *head_dims]
+    # float32 math and memory-efficient (phases 1-4's comparison), then FlashAttention-2 and cuDNN in fp16 and bf16
+    # (phase 5's).
+    status = []
+    for extra in ([], ["--backends", "flash", "cudnn", "--dtypes", "fp16", "bf16"]):
+        cmd = common + extra
+        print("pytorch: " + " ".join(cmd[1:]), flush=True)
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            lines = []
+            for line in proc.stdout:   # one line per measurement: the progress
+                log.write(line)
+                lines.append(line.strip())
+                print(f"pytorch: {line.rstrip()}", flush=True)
+        if proc.returncode == EXIT_SKIP:
+            return [], True, "PyTorch: skipped (" + (lines[-1] if lines else "not installed") + ")"
+        status.append(proc.returncode)
+    ok = not any(status)
+    words = [f"PyTorch timings: {'ok' if ok else 'FAILED, exit status %s (see bench.log)' % status}"]
 
     # The check: the suite's own outputs, saved as .npy, against PyTorch in float64.
     for binary, extra in (("phase4_backward", ["--dq", "deterministic"]), ("phase3_forward_4d", ["--step", "3"]),

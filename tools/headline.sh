@@ -2,10 +2,11 @@
 # tools/headline.sh BINDIR - every phase at the shapes the docs quote (B=4 H=16 S=4096 on the GPU), with the check
 # block and timing table each prints. Phases that are not built are left out. tools/gpu_check.sh runs it into
 # headline.log.
-# FA_HEADLINE_PHASES picks phases (default "1 2 3 4").
+# FA_HEADLINE_PHASES picks phases (default "1 2 3 4 5 pytorch"; "pytorch" is PyTorch's scaled_dot_product_attention at
+# the same shapes, through tools/pytorch_compare.py, where python3 has PyTorch and sees the GPU).
 set -uo pipefail
 BIN=${1:-build/bin}
-PHASES=${FA_HEADLINE_PHASES:-1 2 3 4}
+PHASES=${FA_HEADLINE_PHASES:-1 2 3 4 5 pytorch}
 status=0
 run() {   # run BINARY ARGS...: prints the command, then its output
     local binary=$1; shift
@@ -40,4 +41,26 @@ for D in 64 128; do
         done
     done
 done
+
+# Phase 5 times step 1 (float32 on the rounded inputs), steps 2 and 3 (the half type) and phase 3 step 3 in one run.
+for D in 64 128; do
+    for causal in "" "--causal"; do
+        for dtype in bf16 fp16; do
+            run phase5_tensor_cores --impl cuda --dtype $dtype --B 4 --H 16 --S 4096 --D $D $causal --check-heads 2 \
+                --iters 10
+        done
+    done
+done
+
+# PyTorch at the same shape: its float32 memory-efficient kernel, and FlashAttention-2 and cuDNN in fp16 and bf16.
+if [[ " $PHASES " == *" pytorch "* ]]; then
+    csv=$(mktemp)
+    args="--B 4 --H 16 --S 4096 --D 64 128 --backends efficient flash cudnn --dtypes fp32 fp16 bf16"
+    args+=" --passes forward backward --iters 10"
+    echo; echo "\$ pytorch_compare.py --csv CSV $args"
+    python3 "$(dirname "$0")/pytorch_compare.py" --csv "$csv" $args 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
+    rm -f "$csv"
+fi
 exit $status

@@ -3,22 +3,27 @@
 
     python3 tools/headline_tables.py docs/figures/h100-headline.log
 
-Prints, as Markdown to paste, the four GPU tables of the docs at B=4 H=16 S=4096, each under a line that names the
-GPU and the log: README.md ("What it measures"), docs/01-naive.md (the naive kernels), docs/03-forward-4d.md (step 3,
-non-causal against causal) and docs/04-backward.md (the backward against the forward). Every number is a timing row
-the phase binaries printed; nothing is recomputed but the ratios of two of them. Standard library only.
+Prints, as Markdown to paste, the GPU tables of the docs at B=4 H=16 S=4096, each under a line that names the GPU and
+the log: README.md ("What it measures"), docs/01-naive.md (the naive kernels), docs/03-forward-4d.md (step 3,
+non-causal against causal), docs/04-backward.md (the backward against the forward) and docs/06-tensor-cores.md (phase
+5's steps beside PyTorch's kernels). Every number is a timing row the phase binaries or tools/pytorch_compare.py
+printed; nothing is recomputed but the ratios of two of them. Standard library only.
 Exit status: 0 printed, 1 a check in the log failed, 2 the log lacks a row a table needs (one "error:" line).
 """
 import re
 import sys
 
-COMMAND = re.compile(r"^\$ (\w+) (.*)$")
+COMMAND = re.compile(r"^\$ ([\w.]+) (.*)$")
 ROW = re.compile(r"^  (?P<label>\S.*?)\s+(?P<causal>yes|no)\s+(?P<impl>cpu|cuda)\s+(?P<threads>\S+)\s+"
                  r"(?P<ms>[\d.]+)\s+[\d.]+\s+(?P<gflops>[\d.]+)\s+\S+\s+(?P<extra>[\d.]+ \w+)")
+# tools/pytorch_compare.py's progress line: "sdpa flash bf16   S=4096   D=64   causal=no   ok   1.234 ms   111.1 GFLOP/s"
+TORCH_ROW = re.compile(r"^(?P<label>sdpa \S.*?)\s+S=\d+\s+D=(?P<D>\d+)\s+causal=(?P<causal>yes|no)\s+(?P<status>\w+)\s+"
+                       r"(?P<ms>[\d.]+) ms\s+(?P<gflops>[\d.]+) GFLOP/s")
 
 
 def read_log(path):
-    """(binary, D, dq mode, label, causal) -> the cuda timing row; the GPU's header line; whether every check passed."""
+    """(binary, D, dq mode, dtype, label, causal) -> the cuda timing row; the GPU's header line; whether every check
+    passed. PyTorch's rows are filed under the binary "pytorch_compare.py"."""
     rows, gpu, passed, run = {}, None, True, None
     with open(path, errors="replace") as f:
         for line in f:
@@ -27,7 +32,7 @@ def read_log(path):
             if m:
                 flags = m.group(2).split()
                 value = lambda flag, default: flags[flags.index(flag) + 1] if flag in flags else default
-                run = (m.group(1), int(value("--D", "0")), value("--dq", "both"))
+                run = (m.group(1), int(value("--D", "0")), value("--dq", "both"), value("--dtype", "fp32"))
             elif line.startswith("GPU: ") and line != "GPU: none":   # "GPU: NAME, compute capability 9.0, 132 SMs, ..."
                 name, _, facts = line[5:].partition(", compute capability")
                 sms_mhz = re.search(r"(\d+) SMs, (\d+) MHz", facts)
@@ -36,6 +41,8 @@ def read_log(path):
                 passed = False
             elif run and (m := ROW.match(line)) and m["impl"] == "cuda":
                 rows.setdefault(run + (m["label"], m["causal"] == "yes"), m.groupdict())
+            elif run and (m := TORCH_ROW.match(line)) and m["status"] == "ok":
+                rows.setdefault((run[0], int(m["D"]), "both", "fp32", m["label"], m["causal"] == "yes"), m.groupdict())
     return rows, gpu, passed
 
 
@@ -50,11 +57,12 @@ def main(argv):
         print(f"error: cannot read {path}: {e.strerror}", file=sys.stderr)
         return 2
 
-    def row(binary, D, label, causal, dq="both"):
-        key = (binary, D, dq, label, causal)
+    def row(binary, D, label, causal, dq="both", dtype="fp32"):
+        key = (binary, D, dq, dtype, label, causal)
         if key not in rows:
             print(f"error: {path} has no cuda row '{label}' (causal {causal}) from {binary} --D {D}"
-                  + (f" --dq {dq}" if dq != "both" else ""), file=sys.stderr)
+                  + (f" --dq {dq}" if dq != "both" else "") + (f" --dtype {dtype}" if dtype != "fp32" else ""),
+                  file=sys.stderr)
             sys.exit(2)
         return rows[key]
 
@@ -101,6 +109,28 @@ def main(argv):
         f, d, a = ms(forward[s]), det[s], atomic[s]
         print(f"| {s[0]} | {'yes' if s[1] else 'no'} | {f:.1f} | {ms(d):.1f} ({float(d['gflops']):.0f}) | "
               f"{ms(a):.1f} ({float(a['gflops']):.0f}) | {ms(naive_bwd[s]):.1f} | {ms(d) / f:.2f}x | {ms(a) / f:.2f}x |")
+
+    print("\ndocs/06-tensor-cores.md, phase 5 beside PyTorch (forward):\n\n" + source.replace("float32", "float32, fp16 "
+          "and bf16").replace("`tools/headline.sh`", "`tools/headline.sh` (PyTorch's rows: `tools/pytorch_compare.py`, "
+          "same run)") + "\n")
+    print("| forward, TFLOP/s | D=64 | D=64 causal | D=128 | D=128 causal |\n|---|---|---|---|---|")
+    p5 = lambda label, dtype: {s: row("phase5_tensor_cores", s[0], label, s[1], dtype=dtype) for s in shapes}
+    torch = lambda label: {s: row("pytorch_compare.py", s[0], label, s[1]) for s in shapes}
+    for what, fp16, bf16 in (("phase 3 step 3, fp32", None, p5("phase 3 step 3", "bf16")),
+                             ("phase 5 step 1 register tiles, fp32", None, p5("step 1 register tiles", "bf16")),
+                             ("phase 5 step 2 mma, fp16 / bf16", p5("step 2 mma fp16", "fp16"),
+                              p5("step 2 mma bf16", "bf16")),
+                             ("phase 5 step 3 pipeline, fp16 / bf16", p5("step 3 pipeline fp16", "fp16"),
+                              p5("step 3 pipeline bf16", "bf16")),
+                             ("PyTorch fp32 memory-efficient", None, torch("sdpa efficient")),
+                             ("PyTorch FlashAttention-2, fp16 / bf16", torch("sdpa flash fp16"),
+                              torch("sdpa flash bf16")),
+                             ("PyTorch cuDNN, fp16 / bf16", torch("sdpa cudnn fp16"), torch("sdpa cudnn bf16"))):
+        cells = [(f"{tf(fp16[s]):.1f} / " if fp16 else "") + f"{tf(bf16[s]):.1f}" for s in shapes]
+        print(f"| {what} | " + " | ".join(cells) + " |")
+    ratio = lambda dtype, s: ms(torch(f"sdpa flash {dtype}")[s]) / ms(p5(f"step 3 pipeline {dtype}", dtype)[s])
+    print("| step 3 speed / FlashAttention-2's, fp16 / bf16 | " +
+          " | ".join(f"{ratio('fp16', s):.2f} / {ratio('bf16', s):.2f}" for s in shapes) + " |")
     return 0 if passed else 1
 
 

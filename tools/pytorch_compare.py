@@ -5,9 +5,15 @@ Timing (needs PyTorch and a CUDA GPU):
     python3 tools/pytorch_compare.py --csv build/bench/pytorch.csv --B 1 --H 4 --S 1024 4096 16384 --D 64 128
   times torch.nn.functional.scaled_dot_product_attention in float32 (TF32 off) with the math backend (materialises
   S, like phase 1) and the memory-efficient backend (tiled, like phases 2-4): forward, backward alone, and forward +
-  backward; CUDA events, median of --iters runs after --warmup. One CSV row per measurement, in the schema of the
+  backward; CUDA events, median of --iters runs after --warmup.
+    python3 tools/pytorch_compare.py --csv out.csv --B 4 --H 16 --S 4096 --D 64 128 --dtypes fp16 bf16 \
+        --backends flash cudnn
+  times the half-precision backends that phase 5 is measured against: FlashAttention-2 ("flash") and cuDNN
+  ("cudnn"), with fp16 or bf16 inputs (each backend only where it takes the dtype: flash and cudnn need a half type).
+  One CSV row per measurement, in the schema of the
   phase binaries' --csv (common/fa_report.c): phase "pytorch", step "sdpa math" / "sdpa efficient" (forward),
-  "... backward", "... fwd+bwd" (the kind column says forward, backward or fwd+bwd); impl "cuda"; FLOPs by the
+  "... backward", "... fwd+bwd", with " fp16" or " bf16" at the end for half inputs, as phase 5 names its rows (the
+  kind column says forward, backward or fwd+bwd); impl "cuda"; FLOPs by the
   suite's convention (common/fa_shape.c; these shapes are square); extra_bytes = peak memory during the call beyond what was allocated before it and
   the outputs it returns; the commit column says the PyTorch version. tools/plot_bench.py draws these rows beside
   the suite's.
@@ -85,14 +91,20 @@ def set_full_fp32(torch):
         pass
 
 
+# The dtypes each backend takes: FlashAttention-2 and cuDNN compute in half precision only.
+BACKEND_DTYPES = {"math": ("fp32", "fp16", "bf16"), "efficient": ("fp32", "fp16", "bf16"), "flash": ("fp16", "bf16"),
+                  "cudnn": ("fp16", "bf16")}
+
+
 def backend_context(torch, name):
     """A context manager that lets scaled_dot_product_attention use only one backend."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel({"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION}[name])
-    except ImportError:   # PyTorch before 2.3
+        return sdpa_kernel({"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                            "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[name])
+    except ImportError:   # PyTorch before 2.3 (no cuDNN backend there)
         return torch.backends.cuda.sdp_kernel(enable_math=name == "math", enable_mem_efficient=name == "efficient",
-                                              enable_flash=False)
+                                              enable_flash=name == "flash")
 
 
 def time_cuda(torch, fn, before, warmup, iters):
@@ -123,14 +135,15 @@ def peak_extra(torch, fn, before, output_bytes):
     return max(torch.cuda.max_memory_allocated() - base - output_bytes, 0)
 
 
-def measure(torch, F, args, backend, B, H, S, D, causal):
-    """Rows for one shape and backend: forward, backward, forward + backward."""
+def measure(torch, F, args, backend, dtype, B, H, S, D, causal):
+    """Rows for one shape, backend and dtype: forward, backward, forward + backward."""
     device = "cuda"
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    q, k, v, dout = (torch.rand(B, H, S, D, device=device, generator=gen) * 2 - 1 for _ in range(4))
+    torch_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    q, k, v, dout = ((torch.rand(B, H, S, D, device=device, generator=gen) * 2 - 1).to(torch_dtype) for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_(True)
-    tensor_bytes = 4 * B * H * S * D
+    tensor_bytes = q.element_size() * B * H * S * D
     attend = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     state = {}
 
@@ -156,11 +169,13 @@ def measure(torch, F, args, backend, B, H, S, D, causal):
     passes = {"forward": (forward, lambda: None, fwd, tensor_bytes, ""),
               "backward": (backward, make_graph, 2.5 * fwd, 3 * tensor_bytes, " backward"),
               "fwd+bwd": (forward_backward, clear_grads, 3.5 * fwd, 3 * tensor_bytes, " fwd+bwd")}
+    # " backward" goes before the dtype: "sdpa flash backward bf16", so that a label ends with its input type.
+    name_of = lambda suffix: f"sdpa {backend}{suffix}" + ("" if dtype == "fp32" else f" {dtype}")
     rows = []
     with backend_context(torch, backend):
         for name in args.passes:
             fn, before, flops, out_bytes, suffix = passes[name]
-            row = dict(step=f"sdpa {backend}{suffix}", kind=name, B=B, H=H, Sq=S, Sk=S, D=D, causal=int(causal),
+            row = dict(step=name_of(suffix), kind=name, B=B, H=H, Sq=S, Sk=S, D=D, causal=int(causal),
                        flops=flops)
             try:
                 extra = peak_extra(torch, fn, before, out_bytes)
@@ -197,14 +212,14 @@ def run_timing(args):
         writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         if is_new:
             writer.writeheader()
-        for backend in args.backends:
+        for backend, dtype in [(b, t) for b in args.backends for t in args.dtypes if t in BACKEND_DTYPES[b]]:
             for D in args.D:
                 for causal in causal_values:
                     stopped = False   # after an out-of-memory, larger S are not tried
                     for S in sorted(args.S):
                         if stopped:
                             continue
-                        for row in measure(torch, F, args, backend, args.B, args.H, S, D, causal):
+                        for row in measure(torch, F, args, backend, dtype, args.B, args.H, S, D, causal):
                             ms = row["median_ms"]
                             gflops = row["flops"] / (ms * 1e6) if ms > 0 else 0.0
                             writer.writerow({**row, "phase": "pytorch", "impl": "cuda", "threads": 0, "block_m": 0,
@@ -214,7 +229,7 @@ def run_timing(args):
                                              "cpu_model": cpu, "gpu_name": gpu, "gpu_sms": sms,
                                              "commit": commit})
                             f.flush()
-                            print(f"{row['step']:<26} S={S:<6} D={D:<4} causal={'yes' if causal else 'no ':<4} "
+                            print(f"{row['step']:<30} S={S:<6} D={D:<4} causal={'yes' if causal else 'no ':<4} "
                                   f"{row['status']:<7} {ms:10.3f} ms {gflops:10.1f} GFLOP/s", flush=True)
                             stopped = stopped or row["status"] == "oom"
     print(f"wrote {args.csv}")
@@ -384,7 +399,9 @@ def main(argv):
     p.add_argument("--S", type=int, nargs="+", default=[1024, 4096])
     p.add_argument("--D", type=int, nargs="+", default=[64])
     p.add_argument("--causal", choices=("no", "yes", "both"), default="both")
-    p.add_argument("--backends", nargs="+", choices=("math", "efficient"), default=["math", "efficient"])
+    p.add_argument("--backends", nargs="+", choices=tuple(BACKEND_DTYPES), default=["math", "efficient"])
+    p.add_argument("--dtypes", nargs="+", choices=("fp32", "fp16", "bf16"), default=["fp32"],
+                   help="input types; each backend runs the ones it takes (flash and cudnn: fp16, bf16)")
     p.add_argument("--passes", nargs="+", choices=("forward", "backward", "fwd+bwd"),
                    default=["forward", "backward", "fwd+bwd"])
     p.add_argument("--iters", type=int, default=20)
@@ -400,6 +417,8 @@ def main(argv):
         die("nothing to do: give --csv FILE (timing) or --check DIR")
     if min([args.B, args.H, args.iters, *args.S, *args.D]) < 1 or args.warmup < 0:
         die("--B, --H, --S, --D and --iters must be positive, --warmup not negative")
+    if not any(t in BACKEND_DTYPES[b] for b in args.backends for t in args.dtypes):
+        die(f"none of --backends {' '.join(args.backends)} takes --dtypes {' '.join(args.dtypes)}")
     return run_timing(args)
 
 
