@@ -8,12 +8,10 @@
 #include "naive_blas.h"
 
 #include "fa_exp2.h"
+#include "fa_math.h"   // LOG2E, LN2
 
 #include <math.h>
 #include <stddef.h>
-
-#define LOG2E 1.4426950408889634f   // S in base 2: exp(x) = 2^(x * LOG2E), and 2^x is what fa_exp2 computes
-#define LN2 0.6931471805599453f
 
 // The Fortran BLAS interface, which every BLAS has and CMake's FindBLAS looks for (the C header, cblas.h, is not
 // always installed where a BLAS is). Fortran is column-major and takes every argument by address; the two trailing

@@ -33,8 +33,7 @@
 
 // Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
 // exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f   // m_i and l_i are in base 2: LSE = ln(2) * m_i + ln(l_i)
+// m_i and l_i are in base 2: LSE = LN2 * m_i + ln(l_i) (LOG2E and LN2: common/fa_math.h)
 // The register tile: ROWS query rows x VEC keys (or VEC dimensions of O). ROWS * VEC = 64 sums: 8 AVX2 registers
 // or 4 AVX-512 registers, with room left for the K row and the broadcast q values (AVX2 has 16 registers). On the
 // GPU one thread holds 8 rows x 4 keys: the same idea, sized for 255 scalar registers instead of 16 vectors.

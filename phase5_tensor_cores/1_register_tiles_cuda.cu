@@ -33,8 +33,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
-#define LN2 0.6931471805599453f     // m_i and l_i are in base 2: LSE = ln(2) * m_i + ln(l_i)
+// m_i and l_i are in base 2: LSE = LN2 * m_i + ln(l_i) (LOG2E and LN2: common/fa_math.h)
 #define MAX_GRID_X 2147483647LL     // the hardware limits of gridDim.x and gridDim.y: more heads or more Q tiles
 #define MAX_GRID_Y 65535LL          // take more launches
 #define THREADS 256

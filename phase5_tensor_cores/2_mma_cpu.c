@@ -24,8 +24,7 @@
 // Scores are computed in base 2: each S element is multiplied by qk_scale = scale * LOG2E, so that
 // exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2). (Phase 3 scaled the
 // Q tile instead; here Q is half and the tensor core multiplies it as it is, so the scale goes on S, in float32.)
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f   // m_i and l_i are in base 2: LSE = ln(2) * m_i + log(l_i), one fmaf
+// m_i and l_i are in base 2: LSE = LN2 * m_i + log(l_i), one fmaf (LOG2E and LN2: common/fa_math.h)
 // One warp owns this many query rows (the M of mma.m16n8k16): the rows of a Q tile are walked warp by warp.
 #define WARP_ROWS 16
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length

@@ -21,7 +21,6 @@
 
 // Exponentials in base 2 with the scale folded in: exp(scale * (s - m)) = 2^(s * qk_scale - m * qk_scale), with
 // qk_scale = scale * LOG2E, so every exponential is a cheap 2^x (fa_exp2) of one multiply-add.
-#define LOG2E 1.4426950408889634f
 // One warp owns this many query rows (the M of mma.m16n8k16): the rows of a Q tile are walked warp by warp.
 #define WARP_ROWS 16
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length

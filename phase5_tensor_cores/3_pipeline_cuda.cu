@@ -30,7 +30,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define LOG2E 1.4426950408889634f   // exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
 #define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
