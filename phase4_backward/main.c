@@ -74,7 +74,8 @@ static void run_forward_cpu(void *p) {
     forward_args *a = p;
     const fa_shape *s = a->shape;
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, a->lse_residual, NULL);
+    const forward_tensors t = {a->q, a->k, a->v, sq, sk, sk, a->o, sq, a->lse, a->lse_residual};
+    flash_forward_lse_cpu(s, a->block_m, a->block_n, &t, NULL);
 }
 
 static void run_backward_cpu(void *p) {
@@ -97,7 +98,8 @@ static void run_forward_cuda(void *p) {
     forward_args *a = p;
     const fa_shape *s = a->shape;
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, a->lse_residual);
+    const forward_tensors t = {a->q, a->k, a->v, sq, sk, sk, a->o, sq, a->lse, a->lse_residual};
+    flash_forward_lse_cuda(s, a->block_m, a->block_n, &t);
 }
 
 static void run_backward_cuda(void *p) {
