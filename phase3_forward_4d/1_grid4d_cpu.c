@@ -2,8 +2,9 @@
 //   It adds a second grid dimension, the head, and explicit strides for every tensor.
 // Run: build/bin/phase3_forward_4d --impl cpu --step 1 --B 2 --H 4 --S 1024 --D 64
 //
-// Phase 3 in three steps, each the step before plus one feature (forward4d.h lists them; each file's CUDA twin is
-// its *_cuda.cu). Read each step as its diff against the one before:
+// Phase 2, then phase 3 in three steps, each the file before plus one feature (forward4d.h lists the steps; each
+// file's CUDA twin is its *_cuda.cu). Read each as its diff against the one before, and phase 4's dQ pass against
+// step 3:
 //   diff -u phase2_online_softmax/online_softmax_cpu.c phase3_forward_4d/1_grid4d_cpu.c
 //   diff -u phase3_forward_4d/1_grid4d_cpu.c phase3_forward_4d/2_causal_cpu.c
 //   diff -u phase3_forward_4d/2_causal_cpu.c phase3_forward_4d/3_lse_cpu.c
@@ -42,6 +43,11 @@ static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     return block_m * D_pad + D_pad * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
 }
 
+// The three steps' tiles are the same, so this one function tells the drivers all of their sizes.
+int64_t flash_forward_4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
+    return workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
+}
+
 static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
     w.D_pad = round_up(D, VEC);
@@ -53,7 +59,7 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
-    // Zero once: the padding rows of k_tile_t and columns of v_tile (d >= D) are never written again: they stay 0.
+    // Zero once: the padding (every d >= D) is never written again, so it stays 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
 }

@@ -2,8 +2,8 @@
 //   Q tiles taken last to first, so that the longest causal tiles start first.
 // Run: build/bin/phase3_forward_4d --impl cuda --step 2 --B 4 --H 16 --S 4096 --D 64 --causal
 //
-// Phase 3 in three steps, each the step before plus one feature (forward4d.h lists them; each file's CPU twin is
-// its *_cpu.c). Read each step as its diff against the one before:
+// Phase 2, then phase 3 in three steps, each the file before plus one feature (forward4d.h lists the steps; each
+// file's CPU twin is its *_cpu.c). Read each as its diff against the one before, and phase 4's dQ pass against step 3:
 //   diff -u phase2_online_softmax/online_softmax_cuda.cu phase3_forward_4d/1_grid4d_cuda.cu
 //   diff -u phase3_forward_4d/1_grid4d_cuda.cu phase3_forward_4d/2_causal_cuda.cu
 //   diff -u phase3_forward_4d/2_causal_cuda.cu phase3_forward_4d/3_lse_cuda.cu
@@ -22,7 +22,6 @@
 #include "forward4d.h"
 
 #include <math.h>
-#include <stdint.h>
 
 #include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 
@@ -64,8 +63,7 @@ template <int PARTS> __device__ __forceinline__ float add_in_pairs(float (&x)[PA
 }
 
 // grid: (number of Q tiles, heads of this launch: forward4d.h), block: BLOCK_M * THREADS_PER_ROW threads.
-// q, o: [B, H, S_q, D]; k, v: [B, H, S_k, D], with strides (stride d is 1). Shared memory: the K tile and the V
-// tile, [BLOCK_N, D] each.
+// q, o: [B, H, S_q, D]; k, v: [B, H, S_k, D], strided (d: 1). Shared memory: the K tile and the V tile, [BLOCK_N, D].
 template <int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(BLOCK_M * row_split<D>::THREADS_PER_ROW)
 flash_forward_causal_kernel(const forward_tensors t, const fa_shape shape, int64_t bh_first, float qk_scale) {
@@ -128,15 +126,15 @@ flash_forward_causal_kernel(const forward_tensors t, const fa_shape shape, int64
         }
         __syncthreads();
 
-        // Scores s[j] = qk_scale * q_i . k_j, each summed in SCORE_PARTS interleaved parts added in pairs, the order
-        // in which phase 4's backward sums the same scores (forward4d.h, SCORE_PART_DIMS). Each float4 read from
-        // shared memory feeds 4 multiply-adds, and the parts are independent sums that advance together.
+        // Scores s[j] = qk_scale * q_i . k_j, each summed in PARTS interleaved parts added in pairs: the order in which
+        // phase 4 sums the same scores (forward4d.h, SCORE_PART_DIMS). Each float4 from shared memory feeds 4 FMAs.
         float s[BLOCK_N];
 #pragma unroll
         for (int j = 0; j < BLOCK_N; j++) {
             float part_sum[row_split<D>::PARTS] = {};
 #pragma unroll
-            for (int c = 0; c < CHUNKS; c++) dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
+            for (int c = 0; c < CHUNKS; c++)
+                dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
             s[j] = add_in_pairs(part_sum);
         }
         // D = 128: the threads of a row (neighbouring lanes of one warp) add up their parts of each dot product;
@@ -202,16 +200,6 @@ flash_forward_causal_kernel(const forward_tensors t, const fa_shape shape, int64
             make_float4(acc[c].x * inv_l, acc[c].y * inv_l, acc[c].z * inv_l, acc[c].w * inv_l);
 }
 
-// The kernel reads and writes whole rows as float4s: every row must start on 16 bytes, with its D floats next to
-// each other.
-static void check_float4_rows(const char *name, const float *x, fa_strides strides) {
-    const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
-    if (strides.d != 1 || !aligned)
-        fa_die("the CUDA kernels of phase 3 need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
-               "aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
-               (long long)strides.h, (long long)strides.s, (long long)strides.d);
-}
-
 // Launches one instantiation. The two tiles can pass the 48 KiB a kernel gets without asking (D = 128 with
 // BLOCK_N = 64 needs 64 KiB), so the kernel asks for what it uses.
 template <int D, int BLOCK_M, int BLOCK_N> static void launch(const fa_shape *shape, const forward_tensors *t) {
@@ -228,25 +216,22 @@ template <int D, int BLOCK_M, int BLOCK_N> static void launch(const fa_shape *sh
     }
 }
 
-// The one dispatch: (D, BLOCK_M, BLOCK_N) to the instantiation compiled for it (forward4d.h lists them).
+// The one dispatch: (D, BLOCK_M, BLOCK_N) to the instantiation compiled for it (the header lists them).
 template <int D> static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
     if (block_m == 64 && block_n == 32) launch<D, 64, 32>(shape, t);
     else if (block_m == 64 && block_n == 64) launch<D, 64, 64>(shape, t);
     else if (block_m == 128 && block_n == 64) launch<D, 128, 64>(shape, t);
-    else fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
+    else fa_die("the CUDA kernel is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                 FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
 }
 
 extern "C" void flash_forward_causal_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
-    check_float4_rows("Q", t->q, t->q_strides);
-    check_float4_rows("K", t->k, t->k_strides);
-    check_float4_rows("V", t->v, t->v_strides);
-    check_float4_rows("O", t->o, t->o_strides);
+    check_float4_tensors(t);   // forward4d.h
     switch (shape->D) {
     case 16: launch_tiles<16>(shape, block_m, block_n, t); break;
     case 32: launch_tiles<32>(shape, block_m, block_n, t); break;
     case 64: launch_tiles<64>(shape, block_m, block_n, t); break;
     case 128: launch_tiles<128>(shape, block_m, block_n, t); break;
-    default: fa_die("the CUDA kernels of phase 3 support D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
+    default: fa_die("the CUDA kernel supports D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
     }
 }

@@ -17,6 +17,7 @@
 
 #include "fa_math.h"    // FA_HOST_DEVICE
 #include "fa_shape.h"
+#include "fa_tensor.h"  // fa_die
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,9 +49,25 @@ void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, cons
                            int64_t *tiles_visited);
 void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
 
+// The CUDA kernels read and write whole rows as float4s: every row of Q, K, V and O must start on 16 bytes, with its
+// D floats next to each other. Exits 2 with one line when one does not.
+static inline void check_float4_rows(const char *name, const float *x, fa_strides strides) {
+    const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
+    if (strides.d != 1 || !aligned)
+        fa_die("the CUDA kernels of phase 3 need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
+               "aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
+               (long long)strides.h, (long long)strides.s, (long long)strides.d);
+}
+static inline void check_float4_tensors(const forward_tensors *t) {
+    check_float4_rows("Q", t->q, t->q_strides);
+    check_float4_rows("K", t->k, t->k_strides);
+    check_float4_rows("V", t->v, t->v_strides);
+    check_float4_rows("O", t->o, t->o_strides);
+}
+
 // Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. The three steps'
-// tiles are the same, so the driver asks step 3 for all of them.
-int64_t flash_forward_lse_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+// tiles are the same, so one function (in step 1) gives all of them.
+int64_t flash_forward_4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
 // What the CUDA kernels are compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation per step, and
 // every one costs compile time for every GPU architecture of the build, so the list is short.

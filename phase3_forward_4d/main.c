@@ -152,7 +152,7 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
     if (dev->is_cuda) {
         impl.extra_what = "tiles in shared memory";
     } else {
-        impl.extra_bytes_per_thread = flash_forward_lse_cpu_workspace_bytes(shape->D, opt->block_m, opt->block_n);
+        impl.extra_bytes_per_thread = flash_forward_4d_cpu_workspace_bytes(shape->D, opt->block_m, opt->block_n);
         impl.extra_what = "per-thread tiles";
     }
     const int with_lse = step == 3;

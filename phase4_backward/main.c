@@ -261,7 +261,7 @@ int main(int argc, char **argv) {
         forward_args fwd = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, o, lse, lse_residual};
         fa_implementation forward = {
             .label = FORWARD_LABEL, .run = run_forward_cpu, .ctx = &fwd, .flops = fa_flops_forward(shape),
-            .extra_bytes_per_thread = flash_forward_lse_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
+            .extra_bytes_per_thread = flash_forward_4d_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
             .extra_what = "per-thread tiles", .block_m = opt.block_m, .block_n = opt.block_n,
             .causal = shape->causal};
         fa_forward_outputs(&forward, shape, &ref, o, NULL, lse, NULL);

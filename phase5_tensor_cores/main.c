@@ -127,7 +127,7 @@ static const row_kind ROWS[] = {
 #if FA_HAVE_BLAS
     {"naive BLAS", 0, run_naive_blas_cpu, NULL, 1, NULL, NULL, NULL, NULL, 0},
 #endif
-    {"phase 3 step 3", 0, run_lse_cpu, run_lse_cuda, 0, flash_forward_lse_cpu_workspace_bytes, NULL,
+    {"phase 3 step 3", 0, run_lse_cpu, run_lse_cuda, 0, flash_forward_4d_cpu_workspace_bytes, NULL,
      flash4d_cuda_supports_tiles, FLASH4D_CUDA_TILES_TEXT, 0},
     {"step 1 register tiles", 1, run_regtile_cpu, run_regtile_cuda, 0, flash_forward_regtile_cpu_workspace_bytes,
      flash_forward_regtile_cuda_smem_bytes, regtile_cuda_supports_tiles, REGTILE_CUDA_TILES_TEXT, 0},
