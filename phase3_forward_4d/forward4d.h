@@ -54,7 +54,7 @@ void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, con
 static inline void check_float4_rows(const char *name, const float *x, fa_strides strides) {
     const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
     if (strides.d != 1 || !aligned)
-        fa_die("the CUDA kernels of phase 3 need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
+        fa_die("the CUDA kernels need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
                "aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
                (long long)strides.h, (long long)strides.s, (long long)strides.d);
 }

@@ -11,6 +11,7 @@
 // gradient this order leaves behind: backward_dq_cpu.c computes it in its own pass, or, with atomic_dq, this pass
 // adds each tile's share into dQ with atomic additions.
 #include "backward.h"
+#include "forward4d.h"   // causal_tile_stage
 #include "fa_exp2.h"
 #include "fa_tensor.h"
 
@@ -113,6 +114,10 @@ void backward_dkdv_cpu(const fa_shape *shape, int block_m, int block_n, const ba
                 const int64_t first_q_tile = causal ? kv_start / BLOCK_M : 0;
                 for (int64_t q_tile = first_q_tile; q_tile < n_q_tiles; q_tile++) {
                     const int64_t q_start = q_tile * BLOCK_M;
+                    // The causal stage of this (Q tile, K tile) pair (forward4d.h). Past first_q_tile a tile is in
+                    // the future only where S_q ends before this K/V tile starts (Sq < Sk): no row sees a key here.
+                    const int stage = causal_tile_stage(causal, q_start, kv_start, block_m, block_n, S_q, S_k);
+                    if (stage == TILE_FUTURE) continue;
                     const int64_t rows = S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M;   // query rows in it
 
                     // Stage the Q tile (times qk_scale, as the forward held it) and the dO tile, both layouts, LSE
@@ -129,9 +134,6 @@ void backward_dkdv_cpu(const fa_shape *shape, int block_m, int block_n, const ba
                         lse_to_base2(exists ? lse_head[q_start + r] : 0.0f, residual, &w.lse2_hi[r], &w.lse2_lo[r]);
                         w.delta[r] = exists ? delta_head[q_start + r] : 0.0f;
                     }
-                    // Only a tile that crosses the diagonal (its last key after its first query) needs the mask.
-                    const int needs_mask = causal && kv_start + keys - 1 > q_start;
-
                     for (int64_t c = 0; c < keys; c++) {   // key row j = kv_start + c: one CUDA thread
                         const int64_t j = kv_start + c;
                         const float *k_j = w.k_tile + c * D_pad, *v_j = w.v_tile + c * D_pad;
@@ -167,7 +169,7 @@ void backward_dkdv_cpu(const fa_shape *shape, int block_m, int block_n, const ba
                         //    dS_ij = P_ij (dP_ij - Delta_i). A masked key (or a row past S_q) gets p = 0 directly.
 #pragma omp simd
                         for (int64_t r = 0; r < M_pad; r++) {
-                            const int visible = r < rows && !(needs_mask && j > q_start + r);
+                            const int visible = r < rows && !(stage == TILE_DIAGONAL && j > q_start + r);
                             const float p = visible ? fa_exp2((w.s[r] - w.lse2_hi[r]) - w.lse2_lo[r]) : 0.0f;
                             w.s[r] = p;
                             w.dp[r] = p * (w.dp[r] - w.delta[r]);

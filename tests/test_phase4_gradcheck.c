@@ -72,7 +72,8 @@ static void float32_path(const fa_shape *s, int on_gpu, int dq_mode, int block_m
     fa_gpu_poison(dq_d, nq), fa_gpu_poison(dk_d, nk), fa_gpu_poison(dv_d, nk);
     const forward_tensors f = {q_d, k_d, v_d, sq, sk, sk, o_d, sq, lse_d, NULL};
     flash_forward_lse_cuda(s, block_m, block_n, &f);
-    backward_tensors t = {q_d, k_d, v_d, o_d, lse_d, do_d, sq, sk, sk, sq, sq, delta_d, dq_d, dk_d, dv_d, sq, sk, sk};
+    backward_tensors t = {q_d, k_d, v_d, o_d, lse_d, do_d, sq, sk, sk, sq, sq,
+                          delta_d, dq_d, dk_d, dv_d, sq, sk, sk, NULL};
     flash_backward_cuda(s, block_m, block_n, dq_mode, &t);
     fa_gpu_synchronize("forward + backward");
     fa_gpu_download(dq, dq_d, nq), fa_gpu_download(dk, dk_d, nk), fa_gpu_download(dv, dv_d, nk);
