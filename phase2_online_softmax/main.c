@@ -38,7 +38,8 @@ static void run_naive_cpu(void *p) {
 
 static void run_flash_cpu(void *p) {
     run_args *a = p;
-    flash_forward_2d_cpu(a->shape, a->block_m, a->block_n, a->q, a->k, a->v, a->o);
+    const forward_tensors t = {a->q, a->k, a->v, a->o};
+    flash_forward_2d_cpu(a->shape, a->block_m, a->block_n, &t);
 }
 
 #if FA_HAVE_CUDA
@@ -49,7 +50,8 @@ static void run_naive_cuda(void *p) {
 
 static void run_flash_cuda(void *p) {
     run_args *a = p;
-    flash_forward_2d_cuda(a->shape, a->block_m, a->block_n, a->q, a->k, a->v, a->o);
+    const forward_tensors t = {a->q, a->k, a->v, a->o};
+    flash_forward_2d_cuda(a->shape, a->block_m, a->block_n, &t);
 }
 #endif
 

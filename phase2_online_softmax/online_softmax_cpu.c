@@ -1,11 +1,15 @@
 // online_softmax_cpu.c - phase 2 on the CPU: the FlashAttention forward for one head, with the online softmax.
+//   It adds no S or P in memory (phase1_naive/naive_cpu.c has both): each row keeps a running max m_i, sum l_i and
+//   output acc, rescaled by alpha = 2^(m_old - m_new) when a tile of keys raises the max.
+// Run: build/bin/phase2_online_softmax --impl cpu --S 1024 --D 64
 //
-// What it adds over phase 1 (phase1_naive/naive_cpu.c): no S or P in memory. Each Q tile streams K and V in tiles
-//   of BLOCK_N keys and keeps, per query row, the running max m_i, the running sum l_i and the unnormalised output
-//   acc; when a tile raises the max, the old sum and acc are rescaled by alpha = 2^(m_old - m_new).
-// CUDA twin: phase2_online_softmax/online_softmax_cuda.cu
-// Next:      diff -u phase2_online_softmax/online_softmax_cpu.c phase3_forward_4d/1_grid4d_cpu.c
-// Run:       build/bin/phase2_online_softmax --impl cpu --S 1024 --D 64
+// Phase 2, then phase 3 in three steps, each the file before plus one feature (forward4d.h lists the steps; each
+// file's CUDA twin is its *_cuda.cu). Read each as its diff against the one before, and phase 4's dQ pass against
+// step 3:
+//   diff -u phase2_online_softmax/online_softmax_cpu.c phase3_forward_4d/1_grid4d_cpu.c
+//   diff -u phase3_forward_4d/1_grid4d_cpu.c phase3_forward_4d/2_causal_cpu.c
+//   diff -u phase3_forward_4d/2_causal_cpu.c phase3_forward_4d/3_lse_cpu.c
+//   diff -u phase3_forward_4d/3_lse_cpu.c phase4_backward/backward_dq_cpu.c
 #include "online_softmax.h"
 
 #include "fa_exp2.h"
@@ -40,6 +44,7 @@ static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     return block_m * D + D * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
 }
 
+// The tiles' size: the driver reports threads * this.
 int64_t flash_forward_2d_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
     return workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
 }
@@ -55,24 +60,29 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
-    // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
+    // Zero once: the padding (every d >= D) is never written again, so it stays 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
 }
 
-// One Q tile: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of O.
-static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t q_start, const float *q,
-                           const float *k, const float *v, float *o, workspace *w) {
+// One Q tile: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of O; row r of the tile is
+// row i = q_start + r of O.
+static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t q_start, const forward_tensors *t,
+                           workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
     const float qk_scale = shape->scale * LOG2E;
+    const float *q = t->q, *k = t->k, *v = t->v;
+    float *o = t->o;
     // Rows past S_q do not exist: the CPU skips them (the GPU computes them and never stores them).
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
 
-    for (int i = 0; i < rows; i++) {
-        for (int64_t d = 0; d < D; d++) w->q_tile[i * D + d] = q[(q_start + i) * D + d] * qk_scale;
-        for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
-        w->m_i[i] = -INFINITY;
-        w->l_i[i] = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
+        for (int64_t d = 0; d < D; d++)
+            w->q_tile[r * D + d] = q[i * D + d] * qk_scale;
+        for (int64_t d = 0; d < D_pad; d++) w->acc[r * D_pad + d] = 0.0f;
+        w->m_i[r] = -INFINITY;
+        w->l_i[r] = 0.0f;
     }
 
     for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
@@ -86,10 +96,10 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
             }
         }
 
-        // Each row i is one CUDA thread on the GPU.
-        for (int i = 0; i < rows; i++) {
-            const float *q_i = w->q_tile + i * D;
-            float *acc_i = w->acc + i * D_pad, *s = w->s;
+        // Each row is one CUDA thread on the GPU.
+        for (int r = 0; r < rows; r++) {
+            const float *q_i = w->q_tile + r * D;
+            float *acc_i = w->acc + r * D_pad, *s = w->s;
 
             // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
             // and the VEC partial sums of s_vec stay in registers while d runs.
@@ -111,7 +121,7 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
             float m_tile = -INFINITY;
 #pragma omp simd reduction(max : m_tile)
             for (int j = 0; j < N_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
-            const float m_new = m_tile > w->m_i[i] ? m_tile : w->m_i[i];
+            const float m_new = m_tile > w->m_i[r] ? m_tile : w->m_i[r];
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
 
@@ -122,9 +132,9 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
                 row_sum += s[j];
             }
             // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
-            const float alpha = fa_exp2(w->m_i[i] - m_use);
-            w->l_i[i] = w->l_i[i] * alpha + row_sum;
-            w->m_i[i] = m_new;
+            const float alpha = fa_exp2(w->m_i[r] - m_use);
+            w->l_i[r] = w->l_i[r] * alpha + row_sum;
+            w->m_i[r] = m_new;
 
             // acc = acc * alpha + p V_tile, VEC columns at a time, kept in registers while j runs.
             for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
@@ -140,22 +150,24 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
     }
 
     // One division per row, at the very end.
-    for (int i = 0; i < rows; i++) {
-        const float inv_l = 1.0f / w->l_i[i];
-        for (int64_t d = 0; d < D; d++) o[(q_start + i) * D + d] = w->acc[i * D_pad + d] * inv_l;
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
+        const float inv_l = 1.0f / w->l_i[r];
+        for (int64_t d = 0; d < D; d++) o[i * D + d] = w->acc[r * D_pad + d] * inv_l;
     }
 }
 
-void flash_forward_2d_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, const float *k,
-                          const float *v, float *o) {
+void flash_forward_2d_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m;
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
         // The loop over Q tiles is the CUDA grid (blockIdx.x): one iteration is one thread block.
 #pragma omp for schedule(dynamic)
-        for (int64_t q_tile = 0; q_tile < n_q_tiles; q_tile++)
-            q_tile_program(shape, block_m, block_n, q_tile * block_m, q, k, v, o, &w);
+        for (int64_t q_tile = 0; q_tile < n_q_tiles; q_tile++) {
+            const int64_t q_start = q_tile * block_m;   // the first row of this Q tile
+            q_tile_program(shape, block_m, block_n, q_start, t, &w);
+        }
         free(w.q_tile);
     }
 }

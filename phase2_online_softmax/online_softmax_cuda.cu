@@ -1,11 +1,13 @@
 // online_softmax_cuda.cu - phase 2 on the GPU: the FlashAttention forward for one head, with the online softmax.
+//   It adds one kernel instead of phase 1's three (phase1_naive/naive_cuda.cu), and no S or P in global memory.
+// Run: build/bin/phase2_online_softmax --impl cuda --S 4096 --D 64
 //
-// What it adds over phase 1 (phase1_naive/naive_cuda.cu): one kernel instead of three, and no S or P in global
-//   memory. A thread block owns BLOCK_M query rows; K and V pass through shared memory in tiles of BLOCK_N keys;
-//   each row's running max m_i, running sum l_i and output accumulator acc stay in registers.
-// CPU twin:  phase2_online_softmax/online_softmax_cpu.c
-// Next:      diff -u phase2_online_softmax/online_softmax_cuda.cu phase3_forward_4d/1_grid4d_cuda.cu
-// Run:       build/bin/phase2_online_softmax --impl cuda --S 4096 --D 64
+// Phase 2, then phase 3 in three steps, each the file before plus one feature (forward4d.h lists the steps; each
+// file's CPU twin is its *_cpu.c). Read each as its diff against the one before, and phase 4's dQ pass against step 3:
+//   diff -u phase2_online_softmax/online_softmax_cuda.cu phase3_forward_4d/1_grid4d_cuda.cu
+//   diff -u phase3_forward_4d/1_grid4d_cuda.cu phase3_forward_4d/2_causal_cuda.cu
+//   diff -u phase3_forward_4d/2_causal_cuda.cu phase3_forward_4d/3_lse_cuda.cu
+//   diff -u phase3_forward_4d/3_lse_cuda.cu phase4_backward/backward_dq_cuda.cu
 //
 // Thread mapping (docs/02-online-softmax.md draws it):
 //   - one query row per thread, or per pair of threads when D = 128: a thread holds at most MAX_DIMS_PER_THREAD
@@ -32,6 +34,7 @@ template <int D> struct row_split {
     static constexpr int DIMS_PER_THREAD = D < MAX_DIMS_PER_THREAD ? D : MAX_DIMS_PER_THREAD;
     static constexpr int THREADS_PER_ROW = D / DIMS_PER_THREAD;
     static constexpr int CHUNKS = DIMS_PER_THREAD / 4;   // float4 chunks per thread
+    static constexpr int PARTS = 1;   // one running sum per score (phase 3 splits it in parts, for phase 4)
 };
 
 // Thread `part` of a row holds the float4 chunks part, part + THREADS_PER_ROW, part + 2*THREADS_PER_ROW, ... of
@@ -41,19 +44,28 @@ template <int D> __device__ __forceinline__ int chunk_of(int c, int part) {
     return c * row_split<D>::THREADS_PER_ROW + part;
 }
 
-__device__ __forceinline__ float dot4(float4 a, float4 b, float sum) {
-    sum = fmaf(a.x, b.x, sum);
-    sum = fmaf(a.y, b.y, sum);
-    sum = fmaf(a.z, b.z, sum);
-    return fmaf(a.w, b.w, sum);
+// a . b added into PARTS partial sums: element e of the float4 (dim 4c + e of the row) goes to part e % PARTS.
+template <int PARTS> __device__ __forceinline__ void dot4_parts(float4 a, float4 b, float (&sum)[PARTS]) {
+    sum[0 % PARTS] = fmaf(a.x, b.x, sum[0 % PARTS]);
+    sum[1 % PARTS] = fmaf(a.y, b.y, sum[1 % PARTS]);
+    sum[2 % PARTS] = fmaf(a.z, b.z, sum[2 % PARTS]);
+    sum[3 % PARTS] = fmaf(a.w, b.w, sum[3 % PARTS]);
+}
+
+// (x[0] + x[1]) + (x[2] + x[3]): the order of the backward's butterfly (row_sum in phase4_backward).
+template <int PARTS> __device__ __forceinline__ float add_in_pairs(float (&x)[PARTS]) {
+#pragma unroll
+    for (int step = 1; step < PARTS; step *= 2)
+#pragma unroll
+        for (int p = 0; p + step < PARTS; p += 2 * step) x[p] += x[p + step];
+    return x[0];
 }
 
 // grid: (number of Q tiles), block: BLOCK_M * THREADS_PER_ROW threads.
 // q, o: [S_q, D]; k, v: [S_k, D], contiguous. Shared memory: the K tile and the V tile, [BLOCK_N, D] each.
 template <int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(BLOCK_M * row_split<D>::THREADS_PER_ROW)
-flash_forward_2d_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-                        float *__restrict__ o, int64_t S_q, int64_t S_k, float qk_scale) {
+flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_scale) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
@@ -62,8 +74,16 @@ flash_forward_2d_kernel(const float *__restrict__ q, const float *__restrict__ k
     float4 *k_tile = smem;                                   // [BLOCK_N][D / 4]
     float4 *v_tile = smem + TILE_FLOAT4;                     // [BLOCK_N][D / 4]
 
+    const int64_t S_q = shape.Sq, S_k = shape.Sk;
+    const float *__restrict__ q = t.q;
+    const float *__restrict__ k = t.k;
+    const float *__restrict__ v = t.v;
+    float *__restrict__ o = t.o;
+
+    const int64_t q_start = (int64_t)blockIdx.x * BLOCK_M;   // the first row of this block's Q tile
     const int part = threadIdx.x % THREADS_PER_ROW;          // which chunks of the row this thread holds
-    const int64_t i = (int64_t)blockIdx.x * BLOCK_M + threadIdx.x / THREADS_PER_ROW;   // this thread's query row
+    const int r = threadIdx.x / THREADS_PER_ROW;             // this thread's row in the tile
+    const int64_t i = q_start + r;                           // and in the head
     const bool row_exists = i < S_q;   // rows past S_q compute like the others (no thread skips a barrier)
                                        // but load zeros and store nothing
 
@@ -96,15 +116,16 @@ flash_forward_2d_kernel(const float *__restrict__ q, const float *__restrict__ k
         }
         __syncthreads();
 
-        // Scores s[j] = qk_scale * q_i . k_j. The loop over d is outside, the loop over j inside: BLOCK_N
-        // independent sums advance together, and each float4 read from shared memory feeds 4 multiply-adds.
+        // Scores s[j] = qk_scale * q_i . k_j, each summed in PARTS = 1 part, in the order of the dims. Each float4
+        // from shared memory feeds 4 FMAs.
         float s[BLOCK_N];
 #pragma unroll
-        for (int j = 0; j < BLOCK_N; j++) s[j] = 0.0f;
+        for (int j = 0; j < BLOCK_N; j++) {
+            float part_sum[row_split<D>::PARTS] = {};
 #pragma unroll
-        for (int c = 0; c < CHUNKS; c++) {
-#pragma unroll
-            for (int j = 0; j < BLOCK_N; j++) s[j] = dot4(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], s[j]);
+            for (int c = 0; c < CHUNKS; c++)
+                dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
+            s[j] = add_in_pairs(part_sum);
         }
         // D = 128: the threads of a row (neighbouring lanes of one warp) add up their parts of each dot product;
         // afterwards every one of them holds the full scores, and the same m_i and l_i.
@@ -167,35 +188,31 @@ flash_forward_2d_kernel(const float *__restrict__ q, const float *__restrict__ k
 
 // Launches one instantiation. The two tiles can pass the 48 KiB a kernel gets without asking (D = 128 with
 // BLOCK_N = 64 needs 64 KiB), so the kernel asks for what it uses.
-template <int D, int BLOCK_M, int BLOCK_N>
-static void launch(const fa_shape *shape, const float *q, const float *k, const float *v, float *o) {
+template <int D, int BLOCK_M, int BLOCK_N> static void launch(const fa_shape *shape, const forward_tensors *t) {
     auto kernel = flash_forward_2d_kernel<D, BLOCK_M, BLOCK_N>;
     const int smem_bytes = 2 * BLOCK_N * D * (int)sizeof(float);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
     const float qk_scale = shape->scale * LOG2E;
-    kernel<<<q_tiles, BLOCK_M * row_split<D>::THREADS_PER_ROW, smem_bytes>>>(q, k, v, o, shape->Sq, shape->Sk,
-                                                                               qk_scale);
+    kernel<<<q_tiles, BLOCK_M * row_split<D>::THREADS_PER_ROW, smem_bytes>>>(*t, *shape, qk_scale);
     FA_CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
-static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const float *q, const float *k,
-                         const float *v, float *o) {
-    if (block_m == 64 && block_n == 32) launch<D, 64, 32>(shape, q, k, v, o);
-    else if (block_m == 64 && block_n == 64) launch<D, 64, 64>(shape, q, k, v, o);
-    else if (block_m == 128 && block_n == 64) launch<D, 128, 64>(shape, q, k, v, o);
-    else fa_die("the CUDA kernel of phase 2 is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
+// The one dispatch: (D, BLOCK_M, BLOCK_N) to the instantiation compiled for it (the header lists them).
+template <int D> static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
+    if (block_m == 64 && block_n == 32) launch<D, 64, 32>(shape, t);
+    else if (block_m == 64 && block_n == 64) launch<D, 64, 64>(shape, t);
+    else if (block_m == 128 && block_n == 64) launch<D, 128, 64>(shape, t);
+    else fa_die("the CUDA kernel is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                 FLASH2_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_2d_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
-                                      const float *k, const float *v, float *o) {
+extern "C" void flash_forward_2d_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
     switch (shape->D) {
-    case 16: launch_tiles<16>(shape, block_m, block_n, q, k, v, o); break;
-    case 32: launch_tiles<32>(shape, block_m, block_n, q, k, v, o); break;
-    case 64: launch_tiles<64>(shape, block_m, block_n, q, k, v, o); break;
-    case 128: launch_tiles<128>(shape, block_m, block_n, q, k, v, o); break;
-    default: fa_die("the CUDA kernel of phase 2 supports D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
+    case 16: launch_tiles<16>(shape, block_m, block_n, t); break;
+    case 32: launch_tiles<32>(shape, block_m, block_n, t); break;
+    case 64: launch_tiles<64>(shape, block_m, block_n, t); break;
+    case 128: launch_tiles<128>(shape, block_m, block_n, t); break;
+    default: fa_die("the CUDA kernel supports D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
     }
 }

@@ -2,7 +2,8 @@
 //
 //   step 1 (1_grid4d_*): [B, H, S, D] with explicit strides; the grid is (Q tiles, B*H); Sq != Sk works.
 //   step 2 (2_causal_*): + the causal mask, with K tiles entirely in the future never loaded, tiles entirely in the
-//                          past computed without a mask, and only the tiles on the diagonal masked element by element.
+//                          past computed without a mask, and only the tiles on the diagonal masked element by element;
+//                          and the Q tiles taken last to first, so that the longest causal tiles start first.
 //   step 3 (3_lse_*):    + LSE = log(sum_j exp(scale * q_i . k_j)) per row, [B, H, Sq] float32, for the backward.
 //
 // Every tensor comes with its strides (fa_strides, in elements: element (b, h, s, d) of Q is at
@@ -16,40 +17,57 @@
 
 #include "fa_math.h"    // FA_HOST_DEVICE
 #include "fa_shape.h"
+#include "fa_tensor.h"  // fa_die
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// --- Step 1: the 4D grid (shape->causal must be 0) ---------------------------------------------------------------
-void flash_forward_grid4d_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                              const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                              fa_strides o_strides);
-void flash_forward_grid4d_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
-                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                               fa_strides v_strides, float *o, fa_strides o_strides);
+// The tensors of one call, with their strides; the CPU functions take host pointers, the CUDA functions device
+// pointers. Step 1 reads q, k, v and writes o; step 3 also writes lse (and lse_residual when it is not NULL).
+typedef struct {
+    const float *q, *k, *v;      // q [B, H, Sq, D], k and v [B, H, Sk, D]
+    fa_strides q_strides, k_strides, v_strides;
+    float *o;                    // [B, H, Sq, D]
+    fa_strides o_strides;
+    float *lse, *lse_residual;   // step 3: contiguous [B, H, Sq]; the others leave them alone
+} forward_tensors;
 
-// --- Step 2: causal block pruning. tiles_visited may be NULL, else receives the number of (Q tile, K tile) pairs
-//     the CPU processed (summed over all heads).
-void flash_forward_causal_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                              const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                              fa_strides o_strides, int64_t *tiles_visited);
-void flash_forward_causal_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
-                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                               fa_strides v_strides, float *o, fa_strides o_strides);
+// The three steps take the same arguments. tiles_visited may be NULL, else receives the number of (Q tile, K tile)
+// pairs the CPU processed (summed over all heads): the tile-count test and --causal's note read it.
+// Step 1: the 4D grid (shape->causal must be 0).
+void flash_forward_grid4d_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t,
+                              int64_t *tiles_visited);
+void flash_forward_grid4d_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
+// Step 2: causal block pruning.
+void flash_forward_causal_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t,
+                              int64_t *tiles_visited);
+void flash_forward_causal_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
+// Step 3: + LSE (natural log), contiguous [B, H, Sq], and lse_residual [B, H, Sq]: what LSE's float32 rounding lost,
+// in base 2 (fa_math.h; NULL when not wanted). Phase 4's backward pass uses these two.
+void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t,
+                           int64_t *tiles_visited);
+void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
 
-// --- Step 3: + LSE (natural log), contiguous [B, H, Sq], and lse_residual [B, H, Sq]: what LSE's float32 rounding
-//     lost, in base 2 (fa_math.h; NULL when not wanted). Phase 4's backward pass uses these two. -----------------
-void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                           const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                           fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited);
-void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                            fa_strides o_strides, float *lse, float *lse_residual);
+// The CUDA kernels read and write whole rows as float4s: every row of Q, K, V and O must start on 16 bytes, with its
+// D floats next to each other. Exits 2 with one line when one does not.
+static inline void check_float4_rows(const char *name, const float *x, fa_strides strides) {
+    const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
+    if (strides.d != 1 || !aligned)
+        fa_die("the CUDA kernels need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
+               "aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
+               (long long)strides.h, (long long)strides.s, (long long)strides.d);
+}
+static inline void check_float4_tensors(const forward_tensors *t) {
+    check_float4_rows("Q", t->q, t->q_strides);
+    check_float4_rows("K", t->k, t->k_strides);
+    check_float4_rows("V", t->v, t->v_strides);
+    check_float4_rows("O", t->o, t->o_strides);
+}
 
 // Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. The three steps'
-// tiles are the same, so the driver asks step 3 for all of them.
-int64_t flash_forward_lse_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+// tiles are the same, so one function (in step 1) gives all of them.
+int64_t flash_forward_4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
 // What the CUDA kernels are compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation per step, and
 // every one costs compile time for every GPU architecture of the build, so the list is short.
@@ -57,6 +75,16 @@ int64_t flash_forward_lse_cpu_workspace_bytes(int64_t D, int block_m, int block_
 #define FLASH4D_CUDA_TILES_TEXT "64x32, 64x64 or 128x64"
 static inline int flash4d_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 64 && (block_n == 32 || block_n == 64)) || (block_m == 128 && block_n == 64);
+}
+
+// --- The grid of the kernels of phases 3 and 4 (and of phase 5's steps 2 and 3) ------------------------------------
+// blockIdx.x is the tile (a Q tile in the forward and the dQ pass, a K tile in the dK/dV pass) and blockIdx.y the
+// head, bh = b * H + h. gridDim.y is at most 65,535 (a hardware limit), and B * H may be more: the launcher then
+// launches the kernel once for every MAX_GRID_Y heads, passing the first head of the launch (bh_first), and the
+// kernel's head is bh_first + blockIdx.y. heads_in_launch() is how many heads the launch starting at bh_first has.
+#define MAX_GRID_Y 65535
+static inline unsigned int heads_in_launch(int64_t BH, int64_t bh_first) {
+    return (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
 }
 
 // --- How the GPU kernels sum a score q_i . k_j: the forward (phase 3) and the backward (phase 4) alike ------------

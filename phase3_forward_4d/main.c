@@ -39,22 +39,26 @@ typedef struct {
     const float *q, *k, *v;
     float *o, *lse;
     float *scores, *probs;     // naive only
-    int64_t tiles_visited;     // CPU steps 2 and 3: (Q tile, K tile) pairs processed
+    int64_t tiles_visited;     // CPU steps: (Q tile, K tile) pairs processed
 } step_args;
+
+// The step's tensors, contiguous [B, H, S, D] (LSE for step 3 only).
+static forward_tensors tensors_of(const step_args *a) {
+    const fa_shape *s = a->shape;
+    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(s->H, s->Sk, s->D);
+    return (forward_tensors){.q = a->q, .k = a->k, .v = a->v, .q_strides = qs, .k_strides = ks, .v_strides = ks,
+                             .o = a->o, .o_strides = qs, .lse = a->lse, .lse_residual = NULL};
+}
 
 static void run_cpu(void *p) {
     step_args *a = p;
     const fa_shape *s = a->shape;
-    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(s->H, s->Sk, s->D);
+    const forward_tensors t = tensors_of(a);
     switch (a->step) {
     case 0: naive_attention_cpu(s, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse); break;
-    case 1: flash_forward_grid4d_cpu(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs); break;
-    case 2:
-        flash_forward_causal_cpu(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, &a->tiles_visited);
-        break;
-    default:
-        flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
-                              &a->tiles_visited);
+    case 1: flash_forward_grid4d_cpu(s, a->block_m, a->block_n, &t, &a->tiles_visited); break;
+    case 2: flash_forward_causal_cpu(s, a->block_m, a->block_n, &t, &a->tiles_visited); break;
+    default: flash_forward_lse_cpu(s, a->block_m, a->block_n, &t, &a->tiles_visited);
     }
 }
 
@@ -62,12 +66,12 @@ static void run_cpu(void *p) {
 static void run_cuda(void *p) {
     step_args *a = p;
     const fa_shape *s = a->shape;
-    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(s->H, s->Sk, s->D);
+    const forward_tensors t = tensors_of(a);
     switch (a->step) {
     case 0: naive_attention_cuda(s, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse); break;
-    case 1: flash_forward_grid4d_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs); break;
-    case 2: flash_forward_causal_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs); break;
-    default: flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+    case 1: flash_forward_grid4d_cuda(s, a->block_m, a->block_n, &t); break;
+    case 2: flash_forward_causal_cuda(s, a->block_m, a->block_n, &t); break;
+    default: flash_forward_lse_cuda(s, a->block_m, a->block_n, &t);
     }
 }
 #endif
@@ -148,7 +152,7 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
     if (dev->is_cuda) {
         impl.extra_what = "tiles in shared memory";
     } else {
-        impl.extra_bytes_per_thread = flash_forward_lse_cpu_workspace_bytes(shape->D, opt->block_m, opt->block_n);
+        impl.extra_bytes_per_thread = flash_forward_4d_cpu_workspace_bytes(shape->D, opt->block_m, opt->block_n);
         impl.extra_what = "per-thread tiles";
     }
     const int with_lse = step == 3;

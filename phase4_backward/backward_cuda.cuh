@@ -5,10 +5,9 @@
 
 #include <stdint.h>
 
-#include "forward4d.h"   // SCORE_PART_DIMS
+#include "forward4d.h"   // SCORE_PART_DIMS, causal_tile_stage, MAX_GRID_Y and heads_in_launch
 
 #include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
-#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more (b, h) pairs loop inside the kernel
 #define FULL_WARP 0xffffffffu       // every lane of the warp takes part in the shuffle
 
 // A thread owns one row (a key row in the main pass, a query row in the dQ pass) and keeps its vectors in
@@ -46,7 +45,5 @@ __device__ __forceinline__ float row_sum(float x) {
 // run; with it the compiler still needs no spills (check with -DFA_CUDA_RESOURCE_REPORT=ON).
 #define THREADS_PER_SM 512
 constexpr int min_blocks_per_sm(int threads) { return THREADS_PER_SM / threads > 0 ? THREADS_PER_SM / threads : 1; }
-
-static inline unsigned int grid_y_for(int64_t BH) { return (unsigned int)(BH < MAX_GRID_Y ? BH : MAX_GRID_Y); }
 
 #endif

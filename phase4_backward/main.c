@@ -74,7 +74,8 @@ static void run_forward_cpu(void *p) {
     forward_args *a = p;
     const fa_shape *s = a->shape;
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    flash_forward_lse_cpu(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, a->lse_residual, NULL);
+    const forward_tensors t = {a->q, a->k, a->v, sq, sk, sk, a->o, sq, a->lse, a->lse_residual};
+    flash_forward_lse_cpu(s, a->block_m, a->block_n, &t, NULL);
 }
 
 static void run_backward_cpu(void *p) {
@@ -97,7 +98,8 @@ static void run_forward_cuda(void *p) {
     forward_args *a = p;
     const fa_shape *s = a->shape;
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    flash_forward_lse_cuda(s, a->block_m, a->block_n, a->q, sq, a->k, sk, a->v, sk, a->o, sq, a->lse, a->lse_residual);
+    const forward_tensors t = {a->q, a->k, a->v, sq, sk, sk, a->o, sq, a->lse, a->lse_residual};
+    flash_forward_lse_cuda(s, a->block_m, a->block_n, &t);
 }
 
 static void run_backward_cuda(void *p) {
@@ -259,7 +261,7 @@ int main(int argc, char **argv) {
         forward_args fwd = {shape, opt.block_m, opt.block_n, in.q, in.k, in.v, o, lse, lse_residual};
         fa_implementation forward = {
             .label = FORWARD_LABEL, .run = run_forward_cpu, .ctx = &fwd, .flops = fa_flops_forward(shape),
-            .extra_bytes_per_thread = flash_forward_lse_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
+            .extra_bytes_per_thread = flash_forward_4d_cpu_workspace_bytes(shape->D, opt.block_m, opt.block_n),
             .extra_what = "per-thread tiles", .block_m = opt.block_m, .block_n = opt.block_n,
             .causal = shape->causal};
         fa_forward_outputs(&forward, shape, &ref, o, NULL, lse, NULL);

@@ -33,9 +33,16 @@
 #include <math.h>
 #include <stdint.h>
 
+<<<<<<< HEAD
 // m_i and l_i are in base 2: LSE = LN2 * m_i + ln(l_i) (LOG2E and LN2: common/fa_math.h)
 #define MAX_GRID_X 2147483647LL     // the hardware limits of gridDim.x and gridDim.y: more heads or more Q tiles
 #define MAX_GRID_Y 65535LL          // take more launches
+=======
+#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
+#define LN2 0.6931471805599453f     // m_i and l_i are in base 2: LSE = ln(2) * m_i + ln(l_i)
+#define MAX_GRID_X 2147483647LL     // the hardware limit of gridDim.x; gridDim.y's is MAX_GRID_Y (forward4d.h):
+                                    // more heads or more Q tiles take more launches
+>>>>>>> wt-a
 #define THREADS 256
 #define THREADS_N 16                // threads along a row of S (keys) and of O (dimensions): tx
 #define THREADS_M 16                // threads along the rows: ty
@@ -272,15 +279,8 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     }
 }
 
-// The kernel reads and writes whole rows as float4s: every row must start on 16 bytes, with its D floats next to
-// each other.
-static void check_float4_rows(const char *name, const float *x, fa_strides strides) {
-    const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
-    if (strides.d != 1 || !aligned)
-        fa_die("the CUDA kernel of phase 5 step 1 needs %s with stride d = 1, the other strides multiples of 4 and a "
-               "16-byte aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
-               (long long)strides.h, (long long)strides.s, (long long)strides.d);
-}
+// The kernel reads and writes whole rows as float4s: check_float4_rows() (phase3_forward_4d/forward4d.h) checks that
+// every row starts on 16 bytes, with its D floats next to each other.
 
 // Launches one instantiation. The tiles need more than the 48 KiB a kernel gets without asking (up to 165 KiB at
 // D = 128), so the kernel asks for what it uses, after checking that this GPU has it.

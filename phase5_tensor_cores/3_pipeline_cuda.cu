@@ -30,7 +30,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 #define WARP_ROWS 16   // query rows per warp: the M of mma.m16n8k16
@@ -355,9 +354,8 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
     const float qk_scale = shape->scale * LOG2E;
     const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
-        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
-        kernel<<<dim3(q_tiles, heads), BLOCK_M / WARP_ROWS * WARP_SIZE, smem_bytes>>>(
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // forward4d.h: the grid limit
+        kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M / WARP_ROWS * WARP_SIZE, smem_bytes>>>(
             static_cast<const T *>(q), q_strides, static_cast<const T *>(k), k_strides, static_cast<const T *>(v),
             v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first, shape->scale, qk_scale,
             shape->causal);

@@ -51,8 +51,9 @@ typedef struct {
 
 static void run_lse_cpu(void *p) {
     const row_args *a = p;
-    flash_forward_lse_cpu(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
-                          a->kv_strides, a->o, a->q_strides, a->lse, NULL, NULL);
+    const forward_tensors t = {a->q, a->k, a->v, a->q_strides, a->kv_strides, a->kv_strides, a->o, a->q_strides,
+                               a->lse, NULL};
+    flash_forward_lse_cpu(a->shape, a->block_m, a->block_n, &t, NULL);
 }
 static void run_regtile_cpu(void *p) {
     const row_args *a = p;
@@ -78,8 +79,9 @@ static void run_naive_blas_cpu(void *p) {
 #if FA_HAVE_CUDA
 static void run_lse_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_lse_cuda(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
-                           a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+    const forward_tensors t = {a->q, a->k, a->v, a->q_strides, a->kv_strides, a->kv_strides, a->o, a->q_strides,
+                               a->lse, NULL};
+    flash_forward_lse_cuda(a->shape, a->block_m, a->block_n, &t);
 }
 static void run_regtile_cuda(void *p) {
     const row_args *a = p;
@@ -125,7 +127,7 @@ static const row_kind ROWS[] = {
 #if FA_HAVE_BLAS
     {"naive BLAS", 0, run_naive_blas_cpu, NULL, 1, NULL, NULL, NULL, NULL, 0},
 #endif
-    {"phase 3 step 3", 0, run_lse_cpu, run_lse_cuda, 0, flash_forward_lse_cpu_workspace_bytes, NULL,
+    {"phase 3 step 3", 0, run_lse_cpu, run_lse_cuda, 0, flash_forward_4d_cpu_workspace_bytes, NULL,
      flash4d_cuda_supports_tiles, FLASH4D_CUDA_TILES_TEXT, 0},
     {"step 1 register tiles", 1, run_regtile_cpu, run_regtile_cuda, 0, flash_forward_regtile_cpu_workspace_bytes,
      flash_forward_regtile_cuda_smem_bytes, regtile_cuda_supports_tiles, REGTILE_CUDA_TILES_TEXT, 0},

@@ -2,8 +2,8 @@
 // register tiles: a group of threads computes a tile of S together, each thread (each SIMD micro-kernel on the CPU)
 // a small block of scores held in registers, as a blocked SGEMM does.
 //
-// The arguments are those of flash_forward_lse_cpu / _cuda (phase3_forward_4d/forward4d.h), so the two steps are
-// diffable and interchangeable: Q, K, V, O with their strides (fa_strides, in elements); LSE natural-log, contiguous
+// The tensors are those of flash_forward_lse_cpu / _cuda (forward_tensors in phase3_forward_4d/forward4d.h), passed
+// one by one: Q, K, V, O with their strides (fa_strides, in elements); LSE natural-log, contiguous
 // [B, H, Sq]; causal pruning with causal_tile_stage(). The CPU takes any D, any strides and any tile size. The CUDA
 // kernel takes D in {16, 32, 64, 128}, the tiles below, and rows of 16-byte-aligned contiguous floats (stride d = 1,
 // the other strides multiples of 4), and exits 2 with one line otherwise.

@@ -46,6 +46,10 @@ fa_add_check_test(NAME phase3_cuda_B4_H16_S4096_D64 LABEL phase3 BINARY phase3_f
                   ARGS --B 4 --H 16 --S 4096 --D 64 --check-heads 2)
 fa_add_check_test(NAME phase3_cuda_B4_H16_S4096_D128_tile64x64 LABEL phase3 BINARY phase3_forward_4d IMPL cuda BIG
                   ARGS --B 4 --H 16 --S 4096 --D 128 --block-m 64 --block-n 64 --check-heads 2)
+# More heads than gridDim.y holds (65 535): the launchers launch twice (forward4d.h, MAX_GRID_Y), and the oracle checks
+# the first head and the last, which is in the second launch.
+fa_add_check_test(NAME phase3_cuda_B1_H66000_S40_D16_grid_limit LABEL phase3 BINARY phase3_forward_4d IMPL cuda BIG
+                  ARGS --B 1 --H 66000 --S 40 --D 16 --check-heads 2)
 
 # Non-contiguous tensors passed as strided views ([B, S, H, D] buffers, padded rows, a transposed K on the CPU).
 add_executable(test_phase3_strides test_phase3_strides.c)

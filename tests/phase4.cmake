@@ -64,6 +64,10 @@ foreach(impl cpu cuda)
   fa_add_check_test(NAME phase4_${impl}_big_Sq2000_Sk700_D128 LABEL phase4 BINARY phase4_backward IMPL ${impl} BIG
                     ARGS --B 1 --H 2 --Sq 2000 --Sk 700 --D 128 --check-heads 1)
 endforeach()
+# More heads than gridDim.y holds (65 535): both passes launch twice (forward4d.h, MAX_GRID_Y), and the oracle checks
+# the first head and the last, which is in the second launch.
+fa_add_check_test(NAME phase4_cuda_B1_H66000_S40_D16_causal_grid_limit LABEL phase4 BINARY phase4_backward IMPL cuda
+                  BIG ARGS --B 1 --H 66000 --S 40 --D 16 --causal --check-heads 2)
 
 # Bad input: one line on stderr, exit status 2.
 fa_add_bad_input_test(NAME phase4_bad_dq LABEL phase4 BINARY phase4_backward ARGS --dq sideways)

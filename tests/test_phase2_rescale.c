@@ -129,7 +129,8 @@ int main(int argc, char **argv) {
 
     fa_poison(o, S_Q * HEAD_DIM);
     if (!on_gpu) {
-        flash_forward_2d_cpu(&shape, BLOCK_M, BLOCK_N, q, k, v, o);
+        const forward_tensors t = {q, k, v, o};
+        flash_forward_2d_cpu(&shape, BLOCK_M, BLOCK_N, &t);
     } else {
 #if FA_HAVE_CUDA
         float *q_dev = fa_gpu_alloc(S_Q * HEAD_DIM, "Q"), *k_dev = fa_gpu_alloc(S_K * HEAD_DIM, "K");
@@ -138,7 +139,8 @@ int main(int argc, char **argv) {
         fa_gpu_upload(k_dev, k, S_K * HEAD_DIM);
         fa_gpu_upload(v_dev, v, S_K * HEAD_DIM);
         fa_gpu_poison(o_dev, S_Q * HEAD_DIM);
-        flash_forward_2d_cuda(&shape, BLOCK_M, BLOCK_N, q_dev, k_dev, v_dev, o_dev);
+        const forward_tensors t = {q_dev, k_dev, v_dev, o_dev};
+        flash_forward_2d_cuda(&shape, BLOCK_M, BLOCK_N, &t);
         fa_gpu_synchronize("phase 2 rescale test");
         fa_gpu_download(o, o_dev, S_Q * HEAD_DIM);
         fa_gpu_free(q_dev);

@@ -62,12 +62,10 @@ typedef struct {
 static void run_step(int on_gpu, int step, const fa_shape *shape, const layout *L, const float *q_buf,
                      const float *k_buf, const float *v_buf, float *o_buf, float *lse) {
     if (!on_gpu) {
-        if (step == 1) flash_forward_grid4d_cpu(shape, BLOCK_M, BLOCK_N, q_buf, L->q_s, k_buf, L->k_s, v_buf, L->v_s,
-                                                o_buf, L->o_s);
-        if (step == 2) flash_forward_causal_cpu(shape, BLOCK_M, BLOCK_N, q_buf, L->q_s, k_buf, L->k_s, v_buf, L->v_s,
-                                                o_buf, L->o_s, NULL);
-        if (step == 3) flash_forward_lse_cpu(shape, BLOCK_M, BLOCK_N, q_buf, L->q_s, k_buf, L->k_s, v_buf, L->v_s,
-                                             o_buf, L->o_s, lse, NULL, NULL);
+        const forward_tensors t = {q_buf, k_buf, v_buf, L->q_s, L->k_s, L->v_s, o_buf, L->o_s, lse, NULL};
+        if (step == 1) flash_forward_grid4d_cpu(shape, BLOCK_M, BLOCK_N, &t, NULL);
+        if (step == 2) flash_forward_causal_cpu(shape, BLOCK_M, BLOCK_N, &t, NULL);
+        if (step == 3) flash_forward_lse_cpu(shape, BLOCK_M, BLOCK_N, &t, NULL);
         return;
     }
 #if FA_HAVE_CUDA
@@ -78,10 +76,10 @@ static void run_step(int on_gpu, int step, const fa_shape *shape, const layout *
     fa_gpu_upload(v, v_buf, L->v_n);
     fa_gpu_upload(o, o_buf, L->o_n);   // the sentinels in the padding
     fa_gpu_poison(l, B * H * S_Q);
-    if (step == 1) flash_forward_grid4d_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s);
-    if (step == 2) flash_forward_causal_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s);
-    if (step == 3)
-        flash_forward_lse_cuda(shape, BLOCK_M, BLOCK_N, q, L->q_s, k, L->k_s, v, L->v_s, o, L->o_s, l, NULL);
+    const forward_tensors t = {q, k, v, L->q_s, L->k_s, L->v_s, o, L->o_s, l, NULL};
+    if (step == 1) flash_forward_grid4d_cuda(shape, BLOCK_M, BLOCK_N, &t);
+    if (step == 2) flash_forward_causal_cuda(shape, BLOCK_M, BLOCK_N, &t);
+    if (step == 3) flash_forward_lse_cuda(shape, BLOCK_M, BLOCK_N, &t);
     fa_gpu_synchronize("phase 3 strides test");
     fa_gpu_download(o_buf, o, L->o_n);
     fa_gpu_download(lse, l, B * H * S_Q);

@@ -94,8 +94,9 @@ static void test_kernels(fa_shape shape, int bm, int bn) {
         int64_t visited = -1;
         fa_poison(o, nq);
         fa_poison(lse, fa_numel_lse(&shape));
-        if (step == 2) flash_forward_causal_cpu(&shape, bm, bn, q, qs, k, ks, v, ks, o, qs, &visited);
-        else flash_forward_lse_cpu(&shape, bm, bn, q, qs, k, ks, v, ks, o, qs, lse, NULL, &visited);
+        const forward_tensors t = {q, k, v, qs, ks, ks, o, qs, lse, NULL};
+        if (step == 2) flash_forward_causal_cpu(&shape, bm, bn, &t, &visited);
+        else flash_forward_lse_cpu(&shape, bm, bn, &t, &visited);
         fa_check c = fa_verify_results("tiles", "O", o, o_ref, dims, NULL, FA_TOL_FORWARD);
         int ok = visited == want && c.pass;
         if (step == 3) ok = ok && fa_verify_results("tiles", "LSE", lse, lse_ref, lse_dims, NULL, FA_TOL_FORWARD).pass;

@@ -56,7 +56,8 @@ static void float32_path(const fa_shape *s, int on_gpu, int dq_mode, int block_m
     fa_poison(dq, nq), fa_poison(dk, nk), fa_poison(dv, nk);
     if (!on_gpu) {
         float *o = fa_alloc_floats(nq, "O"), *lse = fa_alloc_floats(nl, "LSE"), *delta = fa_alloc_floats(nl, "Delta");
-        flash_forward_lse_cpu(s, block_m, block_n, q, sq, k, sk, v, sk, o, sq, lse, NULL, NULL);
+        const forward_tensors f = {q, k, v, sq, sk, sk, o, sq, lse, NULL};
+        flash_forward_lse_cpu(s, block_m, block_n, &f, NULL);
         backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, dq, dk, dv, sq, sk, sk, NULL};
         flash_backward_cpu(s, block_m, block_n, dq_mode, &t);
         free(o), free(lse), free(delta);
@@ -69,8 +70,10 @@ static void float32_path(const fa_shape *s, int on_gpu, int dq_mode, int block_m
     float *dq_d = fa_gpu_alloc(nq, "dQ"), *dk_d = fa_gpu_alloc(nk, "dK"), *dv_d = fa_gpu_alloc(nk, "dV");
     fa_gpu_upload(q_d, q, nq), fa_gpu_upload(k_d, k, nk), fa_gpu_upload(v_d, v, nk), fa_gpu_upload(do_d, dout, nq);
     fa_gpu_poison(dq_d, nq), fa_gpu_poison(dk_d, nk), fa_gpu_poison(dv_d, nk);
-    flash_forward_lse_cuda(s, block_m, block_n, q_d, sq, k_d, sk, v_d, sk, o_d, sq, lse_d, NULL);
-    backward_tensors t = {q_d, k_d, v_d, o_d, lse_d, do_d, sq, sk, sk, sq, sq, delta_d, dq_d, dk_d, dv_d, sq, sk, sk};
+    const forward_tensors f = {q_d, k_d, v_d, sq, sk, sk, o_d, sq, lse_d, NULL};
+    flash_forward_lse_cuda(s, block_m, block_n, &f);
+    backward_tensors t = {q_d, k_d, v_d, o_d, lse_d, do_d, sq, sk, sk, sq, sq,
+                          delta_d, dq_d, dk_d, dv_d, sq, sk, sk, NULL};
     flash_backward_cuda(s, block_m, block_n, dq_mode, &t);
     fa_gpu_synchronize("forward + backward");
     fa_gpu_download(dq, dq_d, nq), fa_gpu_download(dk, dk_d, nk), fa_gpu_download(dv, dv_d, nk);
