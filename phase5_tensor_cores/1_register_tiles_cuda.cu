@@ -33,16 +33,9 @@
 #include <math.h>
 #include <stdint.h>
 
-<<<<<<< HEAD
 // m_i and l_i are in base 2: LSE = LN2 * m_i + ln(l_i) (LOG2E and LN2: common/fa_math.h)
-#define MAX_GRID_X 2147483647LL     // the hardware limits of gridDim.x and gridDim.y: more heads or more Q tiles
-#define MAX_GRID_Y 65535LL          // take more launches
-=======
-#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
-#define LN2 0.6931471805599453f     // m_i and l_i are in base 2: LSE = ln(2) * m_i + ln(l_i)
 #define MAX_GRID_X 2147483647LL     // the hardware limit of gridDim.x; gridDim.y's is MAX_GRID_Y (forward4d.h):
                                     // more heads or more Q tiles take more launches
->>>>>>> wt-a
 #define THREADS 256
 #define THREADS_N 16                // threads along a row of S (keys) and of O (dimensions): tx
 #define THREADS_M 16                // threads along the rows: ty

@@ -25,13 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-<<<<<<< HEAD
 // m_i and l_i are in base 2: LSE = LN2 * m_i + log(l_i), one fmaf (LOG2E and LN2: common/fa_math.h)
-#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
-=======
-#define LOG2E 1.4426950408889634f   // scores in base 2: exp(x) = exp2(x * LOG2E), and exp2f is one hardware op
-#define LN2 0.6931471805599453f     // m_i and l_i are in base 2: LSE = ln(2) * m_i + log(l_i), one fmaf
->>>>>>> wt-a
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 #define WARP_ROWS 16   // query rows per warp: the M of mma.m16n8k16
