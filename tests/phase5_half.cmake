@@ -102,7 +102,7 @@ foreach(dtype fp16 bf16)
 endforeach()
 
 # The rule for gradients passes the CPU twin (or the GPU kernels) and fails a planted element and a backward fed a
-# log-sum-exp 0.01 off; the deterministic dQ gives the same bits on every run (test_phase5_backward.c).
+# log-sum-exp 0.02 off; the deterministic dQ gives the same bits on every run (test_phase5_backward.c).
 add_executable(test_phase5_backward test_phase5_backward.c)
 target_link_libraries(test_phase5_backward PRIVATE phase5_kernels)
 add_test(NAME phase5_cpu_backward_rule_determinism COMMAND test_phase5_backward cpu)
