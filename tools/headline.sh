@@ -2,10 +2,10 @@
 # tools/headline.sh BINDIR - every phase at the shapes the docs quote (B=4 H=16 S=4096 on the GPU), with the check
 # block and timing table each prints. Phases that are not built are left out. tools/gpu_check.sh runs it into
 # headline.log.
-# FA_HEADLINE_PHASES picks phases (default "1 2 3 4").
+# FA_HEADLINE_PHASES picks phases (default "1 2 3 4 5").
 set -uo pipefail
 BIN=${1:-build/bin}
-PHASES=${FA_HEADLINE_PHASES:-1 2 3 4}
+PHASES=${FA_HEADLINE_PHASES:-1 2 3 4 5}
 status=0
 run() {   # run BINARY ARGS...: prints the command, then its output
     local binary=$1; shift
@@ -37,6 +37,15 @@ for D in 64 128; do
     for causal in "" "--causal"; do
         for dq in deterministic atomic; do
             run phase4_backward --impl cuda --B 4 --H 16 --S 4096 --D $D $causal --dq $dq --check-heads 2 --iters 10
+        done
+    done
+done
+# Phase 5 step 4, the backward on tensor cores (docs/07-tensor-core-backward.md): both dQ variants in one run.
+for dtype in fp16 bf16; do
+    for D in 64 128; do
+        for causal in "" "--causal"; do
+            run phase5_tensor_cores --impl cuda --step 4 --dq both --dtype $dtype --B 4 --H 16 --S 4096 --D $D $causal \
+                --check-heads 1 --warmup 2 --iters 10
         done
     done
 done
