@@ -19,10 +19,10 @@
 //   four warps. So dS^T goes to shared memory (half, [key][query]) and every warp reads back the dS rows of its part
 //   of dQ with ldmatrix.trans. The deterministic dQ pass needs no such trip: it works in the forward's orientation
 //   (queries are the rows), recomputes S and dP, and dS comes out as the A operand of dS K directly.
-// Plain row-major shared tiles loaded synchronously, as in step 2: this step is the correct, simple one; the
-//   forward's swizzle and cp.async (step 3) are the next step for it.
+// Shared tiles XOR-swizzled as in step 3 (swizzle(): ldmatrix without bank conflicts), loaded synchronously as in
+//   step 2; step 3's cp.async double buffering is not applied to the backward yet.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
-// Diff:      diff -u phase5_tensor_cores/2_mma_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
+// Diff:      diff -u phase5_tensor_cores/3_pipeline_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
 //            diff -u phase4_backward/backward_dkdv_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 4 --dtype fp16 --B 4 --H 16 --S 4096 --D 64 --dq both
 //
@@ -48,6 +48,7 @@
 #define MMA_K 16       // the sum inside one mma
 #define CHUNK 8        // halves in 16 bytes: one row of an 8x8 ldmatrix matrix, and one global load
 #define WARPS 4        // warps per block in both passes: BLOCK_N = BLOCK_M = 4 x 16
+#define SWIZZLE_ROWS 8 // rows whose chunks the swizzle spreads over the 8 chunk positions of a 128-byte line
 #define THREADS (WARPS * WARP_SIZE)
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -110,12 +111,20 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16)
     return bits;
 }
 
+// Where chunk `chunk` (16 bytes, elements 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves from the start
+// of a tile whose rows are WIDTH halves long: the chunk position is XORed with row % 8, as in step 3
+// (3_pipeline_cuda.cu draws it), so the 8 rows one ldmatrix matrix reads sit in 8 different bank groups. Every tile
+// of this file (K, V, Q, dO: WIDTH = D; dS^T: WIDTH = BLOCK_M) is written and read through it.
+template <int WIDTH> __device__ __forceinline__ int swizzle(int row, int chunk) {
+    return row * WIDTH + (chunk ^ (row % SWIZZLE_ROWS)) * CHUNK;
+}
+
 // The A fragment of rows row0 .. row0 + 15, dims 16ds .. 16ds + 15 of a row-major [rows][D] half tile: lanes 0-15
 // point at rows 0-15 of the first 8 dims (a[0], a[1]), lanes 16-31 at the next 8 (a[2], a[3]).
 template <int D, typename T>
 __device__ __forceinline__ void load_a_rows(uint32_t a[4], const T *tile, int row0, int ds) {
     const int lane = threadIdx.x % WARP_SIZE;
-    ldmatrix_x4(a, tile + (row0 + lane % 16) * D + ds * MMA_K + lane / 16 * CHUNK);
+    ldmatrix_x4(a, tile + swizzle<D>(row0 + lane % 16, ds * 2 + lane / 16));
 }
 
 // acc[nb] += A * B^T for the 8-row column blocks nb of B^T, B^T a row-major [rows][D] half tile whose rows
@@ -128,7 +137,7 @@ __device__ __forceinline__ void mma_along_d(float acc[NB][4], const uint32_t a[4
 #pragma unroll
     for (int nb = 0; nb < NB; nb += 2) {
         uint32_t b[4];
-        ldmatrix_x4(b, tile + (nb * MMA_N + lane % 8 + lane / 16 * 8) * D + ds * MMA_K + lane / 8 % 2 * CHUNK);
+        ldmatrix_x4(b, tile + swizzle<D>(nb * MMA_N + lane % 8 + lane / 16 * 8, ds * 2 + lane / 8 % 2));
         mma_m16n8k16(acc[nb], a, b[0], b[1], T());
         mma_m16n8k16(acc[nb + 1], a, b[2], b[3], T());
     }
@@ -143,23 +152,24 @@ __device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const ui
 #pragma unroll
     for (int db = 0; db < D / MMA_N; db += 2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, tile + (ks * MMA_K + lane % 8 + lane / 8 % 2 * 8) * D + db * MMA_N + lane / 16 * CHUNK);
+        ldmatrix_x4_trans(b, tile + swizzle<D>(ks * MMA_K + lane % 8 + lane / 8 % 2 * 8, db + lane / 16));
         mma_m16n8k16(acc[db], a, b[0], b[1], T());
         mma_m16n8k16(acc[db + 1], a, b[2], b[3], T());
     }
 }
 
-// Copies rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a [ROWS][D] tile in shared memory, 16
-// bytes per thread per step (coalesced). Rows past n_rows are zeros.
+// Copies rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in shared
+// memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros.
 template <typename T, int D, int ROWS>
 __device__ __forceinline__ void load_tile(T *tile, const T *src, int64_t stride_s, int64_t first_row, int64_t n_rows) {
     constexpr int ROW_CHUNKS = D / CHUNK;
 #pragma unroll
     for (int c = threadIdx.x; c < ROWS * ROW_CHUNKS; c += THREADS) {
-        const int row = c / ROW_CHUNKS, col = c % ROW_CHUNKS * CHUNK;
+        const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
         uint4 x = make_uint4(0, 0, 0, 0);
-        if (first_row + row < n_rows) x = *reinterpret_cast<const uint4 *>(src + (first_row + row) * stride_s + col);
-        *reinterpret_cast<uint4 *>(tile + row * D + col) = x;
+        if (first_row + row < n_rows)
+            x = *reinterpret_cast<const uint4 *>(src + (first_row + row) * stride_s + chunk * CHUNK);
+        *reinterpret_cast<uint4 *>(tile + swizzle<D>(row, chunk)) = x;
     }
 }
 
@@ -191,7 +201,7 @@ backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, co
 // ---------------------------------------------------------------------------------------------------------------
 // 2. dK and dV: one block per K/V tile (and, with atomic_dq, each Q tile's share of dQ).
 // grid: (number of K/V tiles, heads of this launch), block: 4 warps; warp w owns keys k_start + 16w .. + 15.
-// Shared memory: K, V tiles [BLOCK_N][D], Q, dO tiles [BLOCK_M][D] (T, row-major), dS^T [BLOCK_N][BLOCK_M] (T), the
+// Shared memory: K, V tiles [BLOCK_N][D], Q, dO tiles [BLOCK_M][D], dS^T [BLOCK_N][BLOCK_M] (T, all swizzled), the
 // Q tile's LSE in base 2 and its Delta [BLOCK_M] (float32).
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS)
@@ -314,7 +324,7 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     const int key = key0 + g + 8 * (r % 2), i = qs * MMA_K + 8 * (r / 2) + 2 * t;
-                    *reinterpret_cast<uint32_t *>(ds_tile + key * BLOCK_M + i) = ds_frag[r];
+                    *reinterpret_cast<uint32_t *>(ds_tile + swizzle<BLOCK_M>(key, i / CHUNK) + i % CHUNK) = ds_frag[r];
                 }
             }
         }
@@ -331,10 +341,10 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 #pragma unroll
                 for (int ks = 0; ks < K_STEPS; ks++) {
                     uint32_t a[4], bk[4];
-                    ldmatrix_x4_trans(a, ds_tile + (ks * MMA_K + lane / 16 * 8 + lane % 8) * BLOCK_M + mb * WARP_ROWS +
-                                             lane / 8 % 2 * 8);
-                    ldmatrix_x4_trans(bk, k_tile + (ks * MMA_K + lane % 8 + lane / 8 % 2 * 8) * D + dpair * MMA_K +
-                                              lane / 16 * CHUNK);
+                    ldmatrix_x4_trans(a, ds_tile + swizzle<BLOCK_M>(ks * MMA_K + lane / 16 * 8 + lane % 8,
+                                                                    mb * 2 + lane / 8 % 2));
+                    ldmatrix_x4_trans(bk, k_tile + swizzle<D>(ks * MMA_K + lane % 8 + lane / 8 % 2 * 8,
+                                                              dpair * 2 + lane / 16));
                     mma_m16n8k16(acc[0], a, bk[0], bk[1], T());
                     mma_m16n8k16(acc[1], a, bk[2], bk[3], T());
                 }
@@ -371,7 +381,7 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 // ---------------------------------------------------------------------------------------------------------------
 // 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
 // launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
-// K, V tiles [BLOCK_N][D] (T, row-major). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
+// K, V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS)
 backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
