@@ -103,6 +103,32 @@ void fa_floats_to_half(const float *x, uint16_t *h, int64_t n, int dtype) {
     for (int64_t i = 0; i < n; i++) h[i] = fa_float_to_half(x[i], dtype);
 }
 
+static float dot_rows(const float *x, const float *y, int64_t D) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < D; d++) dot += x[d] * y[d];
+    return dot;
+}
+
+// One row of the reference's softmax: p[j] = exp(S_ij - m) for the n keys row i sees, with m its max and l its sum
+// (P_ij = p[j] / l). The forward and both passes of the backward compute S_ij with the same float32 operations, so
+// that all see the same P.
+static void reference_scores(const fa_shape *s, const float *q_i, const float *k_head, int64_t n, float *p, float *m,
+                             float *l) {
+    const int64_t D = s->D;
+    float max = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = s->scale * dot_rows(q_i, k_head + j * D, D);
+        max = fmaxf(max, p[j]);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = expf(p[j] - max);
+        sum += p[j];
+    }
+    *m = max;
+    *l = sum;
+}
+
 void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, const float *k, const float *v,
                                const unsigned char *heads, float *o, float *lse) {
     const int64_t D = s->D, Sq = s->Sq, Sk = s->Sk, BH = s->B * s->H;
@@ -115,18 +141,8 @@ void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, con
                 if (heads && !heads[bh]) continue;
                 const float *q_i = q + (bh * Sq + i) * D, *k_head = k + bh * Sk * D, *v_head = v + bh * Sk * D;
                 const int64_t n = s->causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;   // row i sees keys j <= i
-                float m = -INFINITY;
-                for (int64_t j = 0; j < n; j++) {
-                    float dot = 0.0f;
-                    for (int64_t d = 0; d < D; d++) dot += q_i[d] * k_head[j * D + d];
-                    p[j] = s->scale * dot;
-                    m = fmaxf(m, p[j]);
-                }
-                float l = 0.0f;
-                for (int64_t j = 0; j < n; j++) {
-                    p[j] = expf(p[j] - m);
-                    l += p[j];
-                }
+                float m, l;
+                reference_scores(s, q_i, k_head, n, p, &m, &l);
                 // The one rounding the attention itself adds: P to the half type, before it meets V.
                 for (int64_t j = 0; j < n; j++) p[j] = fa_round_to_dtype(p[j] / l, dtype);
                 float *o_i = o + (bh * Sq + i) * D;
@@ -137,34 +153,6 @@ void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, con
             }
         free(p);
     }
-}
-
-// One row of the reference's softmax, as fa_half_reference_forward computes it: p[j] = exp(S_ij - m) for the n keys
-// row i sees, with m its max and l its sum (P_ij = p[j] / l). The backward's two passes call it alike, so that both
-// see the same float32 P.
-static void reference_scores(const fa_shape *s, const float *q_i, const float *k_head, int64_t n, float *p, float *m,
-                             float *l) {
-    const int64_t D = s->D;
-    float max = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        float dot = 0.0f;
-        for (int64_t d = 0; d < D; d++) dot += q_i[d] * k_head[j * D + d];
-        p[j] = s->scale * dot;
-        max = fmaxf(max, p[j]);
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; j++) {
-        p[j] = expf(p[j] - max);
-        sum += p[j];
-    }
-    *m = max;
-    *l = sum;
-}
-
-static float dot_rows(const float *x, const float *y, int64_t D) {
-    float dot = 0.0f;
-    for (int64_t d = 0; d < D; d++) dot += x[d] * y[d];
-    return dot;
 }
 
 void fa_half_reference_backward(const fa_shape *s, int dtype, const float *q, const float *k, const float *v,
