@@ -19,8 +19,9 @@
 //   four warps. So dS^T goes to shared memory (half, [key][query]) and every warp reads back the dS rows of its part
 //   of dQ with ldmatrix.trans. The deterministic dQ pass needs no such trip: it works in the forward's orientation
 //   (queries are the rows), recomputes S and dP, and dS comes out as the A operand of dS K directly.
-// Shared tiles XOR-swizzled as in step 3 (swizzle(): ldmatrix without bank conflicts), loaded synchronously as in
-//   step 2; step 3's cp.async double buffering is not applied to the backward yet.
+// The pipeline of step 3: shared tiles XOR-swizzled (swizzle(): ldmatrix without bank conflicts) and loaded with
+//   cp.async into two buffers, the next tile of the inner loop (Q and dO in the dK/dV pass, K and V in the dQ pass)
+//   arriving while this one is computed.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
 // Diff:      diff -u phase5_tensor_cores/3_pipeline_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
 //            diff -u phase4_backward/backward_dkdv_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
@@ -158,18 +159,42 @@ __device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const ui
     }
 }
 
-// Copies rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in shared
-// memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros.
+// cp.async.cg: copies 16 bytes from global to shared memory without passing through registers, asynchronously; with
+// src_bytes = 0 it writes 16 zero bytes and reads nothing (rows past the end of the tensor).
+__device__ __forceinline__ void cp_async_16(void *shared_destination, const void *global_source, int src_bytes) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared_destination);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global_source), "r"(src_bytes));
+}
+// Closes the group of cp.async issued so far by this thread; wait_all then waits until all of its groups have landed.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
+// shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
+// cp_async_wait_all and a barrier come before anyone reads the tile.
 template <typename T, int D, int ROWS>
-__device__ __forceinline__ void load_tile(T *tile, const T *src, int64_t stride_s, int64_t first_row, int64_t n_rows) {
+__device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t stride_s, int64_t first_row,
+                                                int64_t n_rows) {
     constexpr int ROW_CHUNKS = D / CHUNK;
 #pragma unroll
     for (int c = threadIdx.x; c < ROWS * ROW_CHUNKS; c += THREADS) {
         const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (first_row + row < n_rows)
-            x = *reinterpret_cast<const uint4 *>(src + (first_row + row) * stride_s + chunk * CHUNK);
-        *reinterpret_cast<uint4 *>(tile + swizzle<D>(row, chunk)) = x;
+        const bool exists = first_row + row < n_rows;
+        // A row that does not exist reads nothing (0 source bytes); its address is then only a valid placeholder.
+        const T *from = exists ? src + (first_row + row) * stride_s + chunk * CHUNK : src;
+        cp_async_16(tile + swizzle<D>(row, chunk), from, exists ? 16 : 0);
+    }
+}
+
+// The Q tile's LSE (times LOG2E: P in base 2) and Delta into shared memory, ordinary loads and stores (BLOCK_M floats
+// each, next to the cp.async of the Q and dO tiles); 0 for rows past S_q, which are masked anyway.
+template <int BLOCK_M>
+__device__ __forceinline__ void load_row_stats(float *lse2_tile, float *delta_tile, const float *lse,
+                                               const float *delta, int64_t q_start, int64_t S_q) {
+    for (int i = threadIdx.x; i < BLOCK_M; i += THREADS) {
+        const int exists = q_start + i < S_q;
+        lse2_tile[i] = exists ? lse[q_start + i] * LOG2E : 0.0f;
+        delta_tile[i] = exists ? delta[q_start + i] : 0.0f;
     }
 }
 
@@ -201,8 +226,8 @@ backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, co
 // ---------------------------------------------------------------------------------------------------------------
 // 2. dK and dV: one block per K/V tile (and, with atomic_dq, each Q tile's share of dQ).
 // grid: (number of K/V tiles, heads of this launch), block: 4 warps; warp w owns keys k_start + 16w .. + 15.
-// Shared memory: K, V tiles [BLOCK_N][D], Q, dO tiles [BLOCK_M][D], dS^T [BLOCK_N][BLOCK_M] (T, all swizzled), the
-// Q tile's LSE in base 2 and its Delta [BLOCK_M] (float32).
+// Shared memory: K, V tiles [BLOCK_N][D], two buffers of the Q and dO tiles [BLOCK_M][D], dS^T [BLOCK_N][BLOCK_M]
+// (T, all swizzled), and two buffers of the Q tile's LSE in base 2 and its Delta [BLOCK_M] (float32).
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS)
 backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
@@ -218,14 +243,15 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
     constexpr int Q_STEPS = BLOCK_M / MMA_K;        // mma steps along the queries (dV, dK)
     constexpr int K_STEPS = BLOCK_N / MMA_K;        // mma steps along the keys (dQ)
     constexpr int DQ_UNITS = (BLOCK_M / WARP_ROWS) * (D / MMA_K);   // dQ's 16x16 pieces, shared out over the warps
+    constexpr int Q_TILE = BLOCK_M * D;            // halves in one Q (or dO) buffer
     extern __shared__ uint4 smem[];
     T *k_tile = reinterpret_cast<T *>(smem);        // [BLOCK_N][D]
     T *v_tile = k_tile + BLOCK_N * D;               // [BLOCK_N][D]
-    T *q_tile = v_tile + BLOCK_N * D;               // [BLOCK_M][D]
-    T *do_tile = q_tile + BLOCK_M * D;              // [BLOCK_M][D]
-    T *ds_tile = do_tile + BLOCK_M * D;             // [BLOCK_N][BLOCK_M]: dS^T, for the atomic dQ
-    float *lse2_tile = reinterpret_cast<float *>(ds_tile + BLOCK_N * BLOCK_M);   // [BLOCK_M]
-    float *delta_tile = lse2_tile + BLOCK_M;                                     // [BLOCK_M]
+    T *q_tiles = v_tile + BLOCK_N * D;              // [2][BLOCK_M][D]
+    T *do_tiles = q_tiles + 2 * Q_TILE;             // [2][BLOCK_M][D]
+    T *ds_tile = do_tiles + 2 * Q_TILE;             // [BLOCK_N][BLOCK_M]: dS^T, for the atomic dQ
+    float *lse2_tiles = reinterpret_cast<float *>(ds_tile + BLOCK_N * BLOCK_M);   // [2][BLOCK_M]
+    float *delta_tiles = lse2_tiles + 2 * BLOCK_M;                                // [2][BLOCK_M]
 
     const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
     q += b * q_strides.b + h * q_strides.h;
@@ -247,8 +273,24 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 
     // The K and V tiles stay in shared memory for the whole block; the warp reads its A fragments from them at each
     // use (holding them in registers as well would spill at D = 128, beside the dK and dV accumulators).
-    load_tile<T, D, BLOCK_N>(k_tile, k, k_strides.s, k_start, S_k);
-    load_tile<T, D, BLOCK_N>(v_tile, v, v_strides.s, k_start, S_k);
+    load_tile_async<T, D, BLOCK_N>(k_tile, k, k_strides.s, k_start, S_k);
+    load_tile_async<T, D, BLOCK_N>(v_tile, v, v_strides.s, k_start, S_k);
+
+    // Causal: query row i sees key j only when j <= i: the Q tiles that end before this K/V tile starts are skipped.
+    // From the first tile that sees a key of this one on, every later tile does too (tile_end: where they stop).
+    const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M, first_q_tile = causal ? k_start / BLOCK_M : 0;
+    const int64_t tile_end =
+        first_q_tile < n_q_tiles &&
+                causal_tile_stage(causal, first_q_tile * BLOCK_M, k_start, BLOCK_M, BLOCK_N, S_q, S_k) != TILE_FUTURE
+            ? n_q_tiles
+            : first_q_tile;
+    // The first Q tile goes into buffer 0 with K and V, in one group of copies.
+    if (first_q_tile < tile_end) {
+        load_tile_async<T, D, BLOCK_M>(q_tiles, q, q_strides.s, first_q_tile * BLOCK_M, S_q);
+        load_tile_async<T, D, BLOCK_M>(do_tiles, dout, do_strides.s, first_q_tile * BLOCK_M, S_q);
+        load_row_stats<BLOCK_M>(lse2_tiles, delta_tiles, lse, delta, first_q_tile * BLOCK_M, S_q);
+    }
+    cp_async_commit();
 
     float dk_acc[D_BLOCKS][4], dv_acc[D_BLOCKS][4];   // the warp's 16 keys x D, float32
 #pragma unroll
@@ -256,22 +298,24 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 #pragma unroll
         for (int e = 0; e < 4; e++) dk_acc[db][e] = dv_acc[db][e] = 0.0f;
 
-    // Causal: query row i sees key j only when j <= i: the Q tiles that end before this K/V tile starts are skipped.
-    const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M;
-    for (int64_t q_tile_index = causal ? k_start / BLOCK_M : 0; q_tile_index < n_q_tiles; q_tile_index++) {
+    for (int64_t q_tile_index = first_q_tile, n = 0; q_tile_index < tile_end; q_tile_index++, n++) {
         const int64_t q_start = q_tile_index * BLOCK_M;
         const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        if (stage == TILE_FUTURE) continue;   // the same for the whole block
-        // Every warp has finished with the previous Q tile (and its dS^T) before anyone overwrites it.
+        // Q tile n has landed (the only copies in flight), and every warp is done with tile n - 1 (and its dS^T),
+        // whose buffers the next copies overwrite: one barrier says both.
+        cp_async_wait_all();
         __syncthreads();
-        load_tile<T, D, BLOCK_M>(q_tile, q, q_strides.s, q_start, S_q);
-        load_tile<T, D, BLOCK_M>(do_tile, dout, do_strides.s, q_start, S_q);
-        for (int i = threadIdx.x; i < BLOCK_M; i += THREADS) {
-            const int exists = q_start + i < S_q;
-            lse2_tile[i] = exists ? lse[q_start + i] * LOG2E : 0.0f;
-            delta_tile[i] = exists ? delta[q_start + i] : 0.0f;
+        // The pipeline: request Q tile n + 1 now; it arrives while tile n is computed.
+        if (q_tile_index + 1 < tile_end) {
+            const int next = (int)((n + 1) % 2);
+            load_tile_async<T, D, BLOCK_M>(q_tiles + next * Q_TILE, q, q_strides.s, q_start + BLOCK_M, S_q);
+            load_tile_async<T, D, BLOCK_M>(do_tiles + next * Q_TILE, dout, do_strides.s, q_start + BLOCK_M, S_q);
+            load_row_stats<BLOCK_M>(lse2_tiles + next * BLOCK_M, delta_tiles + next * BLOCK_M, lse, delta,
+                                    q_start + BLOCK_M, S_q);
+            cp_async_commit();
         }
-        __syncthreads();
+        const T *q_tile = q_tiles + n % 2 * Q_TILE, *do_tile = do_tiles + n % 2 * Q_TILE;
+        const float *lse2_tile = lse2_tiles + n % 2 * BLOCK_M, *delta_tile = delta_tiles + n % 2 * BLOCK_M;
 
         // S^T = K Q^T and dP^T = V dO^T: 16 keys x BLOCK_M queries each, st[qb] and dpt[qb] the accumulator
         // fragments of queries 8qb .. 8qb + 7. The B operands are the Q and dO tiles read as they are stored.
@@ -363,6 +407,8 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
         }
     }
 
+    cp_async_wait_all();   // a block that saw no Q tile still has its K and V copies to wait for
+
     // Each dK_j and dV_j is written once, by the one block that owns its K/V tile; dK takes the scale here.
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -381,7 +427,7 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 // ---------------------------------------------------------------------------------------------------------------
 // 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
 // launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
-// K, V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
+// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS)
 backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
@@ -394,11 +440,12 @@ backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__res
     constexpr int D_BLOCKS = D / MMA_N;
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S, dP
     constexpr int KEY_STEPS = BLOCK_N / MMA_K;    // mma steps along the keys (dQ)
+    constexpr int KV_TILE = BLOCK_N * D;          // halves in one K (or V) buffer
     extern __shared__ uint4 smem[];
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *do_tile = q_tile + BLOCK_M * D;            // [BLOCK_M][D]
-    T *k_tile = do_tile + BLOCK_M * D;            // [BLOCK_N][D]
-    T *v_tile = k_tile + BLOCK_N * D;             // [BLOCK_N][D]
+    T *k_tiles = do_tile + BLOCK_M * D;           // [2][BLOCK_N][D]
+    T *v_tiles = k_tiles + 2 * KV_TILE;           // [2][BLOCK_N][D]
 
     const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
     q += b * q_strides.b + h * q_strides.h;
@@ -423,20 +470,33 @@ backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__res
         delta_r[r] = row < S_q ? delta[row] : 0.0f;
     }
 
-    load_tile<T, D, BLOCK_M>(q_tile, q, q_strides.s, q_start, S_q);
-    load_tile<T, D, BLOCK_M>(do_tile, dout, do_strides.s, q_start, S_q);
+    // Q, dO and K/V tile 0 in one group of copies. Tile 0 always exists and is never in the future (row q_start sees
+    // key 0).
+    load_tile_async<T, D, BLOCK_M>(q_tile, q, q_strides.s, q_start, S_q);
+    load_tile_async<T, D, BLOCK_M>(do_tile, dout, do_strides.s, q_start, S_q);
+    load_tile_async<T, D, BLOCK_N>(k_tiles, k, k_strides.s, 0, S_k);
+    load_tile_async<T, D, BLOCK_N>(v_tiles, v, v_strides.s, 0, S_k);
+    cp_async_commit();
 
     float dq_acc[D_BLOCKS][4];
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) dq_acc[db][0] = dq_acc[db][1] = dq_acc[db][2] = dq_acc[db][3] = 0.0f;
 
-    for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
+    for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
         const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        if (stage == TILE_FUTURE) break;
-        __syncthreads();   // every warp has finished with the previous K and V tiles
-        load_tile<T, D, BLOCK_N>(k_tile, k, k_strides.s, k_start, S_k);
-        load_tile<T, D, BLOCK_N>(v_tile, v, v_strides.s, k_start, S_k);
+        if (stage == TILE_FUTURE) break;   // no copy is in flight: tile n was requested only if it is needed
+        // K/V tile n has landed, and every warp is done with tile n - 1, whose buffers the next copies overwrite.
+        cp_async_wait_all();
         __syncthreads();
+        // The pipeline: request tile n + 1 now, when it is needed at all; it arrives while tile n is computed.
+        const int64_t k_next = k_start + BLOCK_N;
+        if (k_next < S_k && causal_tile_stage(causal, q_start, k_next, BLOCK_M, BLOCK_N, S_q, S_k) != TILE_FUTURE) {
+            const int next = (int)((n + 1) % 2);
+            load_tile_async<T, D, BLOCK_N>(k_tiles + next * KV_TILE, k, k_strides.s, k_next, S_k);
+            load_tile_async<T, D, BLOCK_N>(v_tiles + next * KV_TILE, v, v_strides.s, k_next, S_k);
+            cp_async_commit();
+        }
+        const T *k_tile = k_tiles + n % 2 * KV_TILE, *v_tile = v_tiles + n % 2 * KV_TILE;
 
         // S = Q K^T and dP = dO V^T, 16 queries x BLOCK_N keys: the A operands are the warp's Q and dO rows, the B
         // operands the K and V tiles read as they are stored.
@@ -511,7 +571,7 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
     auto dq = backward_dq_kernel<T, D, BLOCK_M, BLOCK_N>;
     // Both pass the 48 KiB a kernel gets without asking at D = 128, so each asks for what it uses.
     const int dkdv_smem = (int)flash_backward_tc_cuda_smem_bytes(D, BLOCK_M, BLOCK_N);
-    const int dq_smem = (2 * BLOCK_M + 2 * BLOCK_N) * D * (int)sizeof(T);
+    const int dq_smem = (2 * BLOCK_M + 4 * BLOCK_N) * D * (int)sizeof(T);
     FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem));
     FA_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem));
     const unsigned int q_tiles = (unsigned int)((S_q + BLOCK_M - 1) / BLOCK_M);

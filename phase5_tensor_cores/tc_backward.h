@@ -59,11 +59,11 @@ int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_
 static inline int tc_backward_cuda_supports_tiles(int block_m, int block_n) {
     return block_m == TC_BACKWARD_CUDA_BLOCK_M && block_n == TC_BACKWARD_CUDA_BLOCK_N;
 }
-// Shared memory of the larger kernel, the dK/dV pass: the K, V, Q and dO tiles (half), dS^T (half, [BLOCK_N][BLOCK_M]),
-// and the Q tile's LSE (base 2) and Delta (float32).
+// Shared memory of the larger kernel, the dK/dV pass: the K and V tiles and two buffers of the Q and dO tiles (half),
+// dS^T (half, [BLOCK_N][BLOCK_M]), and two buffers of the Q tile's LSE (base 2) and Delta (float32).
 static inline int64_t flash_backward_tc_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
-    return (2 * (int64_t)block_n + 2 * (int64_t)block_m) * D * 2 + (int64_t)block_n * block_m * 2 +
-           2 * (int64_t)block_m * 4;
+    return (2 * (int64_t)block_n + 4 * (int64_t)block_m) * D * 2 + (int64_t)block_n * block_m * 2 +
+           4 * (int64_t)block_m * 4;
 }
 
 #ifdef __cplusplus
