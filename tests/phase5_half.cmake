@@ -1,7 +1,8 @@
-# Phase 5 steps 2 and 3: tensor cores in fp16 and bf16, CPU twins and CUDA, each run checked by the half-precision
+# Phase 5 steps 2 to 4: tensor cores in fp16 and bf16, CPU twins and CUDA, each run checked by the half-precision
 # rule (common/fa_driver.c, fa_make_half_rule): at most 2x the error of the straightforward implementation at the same
-# precision, measured in the same run, plus the float32 tolerance. A run without --step runs steps 1, 2 and 3 and the
-# baselines on the same rounded inputs (the float32 rows keep the float32 tolerance).
+# precision, measured in the same run, plus the float32 tolerance (3x for step 4's gradients,
+# fa_make_half_backward_rule). A run without --step runs steps 1 to 4 and the baselines on the same rounded inputs
+# (the float32 rows keep the float32 tolerance).
 # Shapes: B and H > 1; S in {1, 17, 100, 130, 1000}, Sq != Sk both ways; D = 64 and 128 (the CPU also other D);
 # causal and not; the CUDA tiles 128x64 (default) and 64x64, any tile on the CPU; large logits.
 set(phase5_half_shapes
@@ -35,7 +36,7 @@ foreach(dtype fp16 bf16)
                     IMPL cpu ARGS --dtype ${dtype} --B 1 --H 2 --S 130 --D 96 --block-m 300 --block-n 700)
 endforeach()
 
-# GPU only, the benchmark shapes: steps 2 and 3 at B=4 H=16 S=4096, fp16 and bf16, D = 64 and 128, causal and not.
+# GPU only, the benchmark shapes: steps 1 to 4 at B=4 H=16 S=4096, fp16 and bf16, D = 64 and 128, causal and not.
 foreach(dtype fp16 bf16)
   foreach(D 64 128)
     foreach(causal "" "--causal")
@@ -86,21 +87,7 @@ foreach(dtype fp16 bf16)
                     BINARY phase5_tensor_cores IMPL cpu
                     ARGS --step 4 --dtype ${dtype} --B 2 --H 2 --Sq 33 --Sk 20 --D 40 --block-m 17 --block-n 5 --causal)
 endforeach()
-# The benchmark shapes on the GPU: step 4 at B=4 H=16 S=4096, fp16 and bf16, D = 64 and 128, causal and not.
-foreach(dtype fp16 bf16)
-  foreach(D 64 128)
-    foreach(causal "" "--causal")
-      set(name phase5_cuda_${dtype}_backward_B4_H16_S4096_D${D})
-      if(causal)
-        set(name ${name}_causal)
-      endif()
-      fa_add_check_test(NAME ${name} LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
-                        ARGS --step 4 --dq both --dtype ${dtype} --B 4 --H 16 --S 4096 --D ${D} ${causal}
-                             --check-heads 1)
-    endforeach()
-  endforeach()
-endforeach()
-
+# The benchmark shapes run step 4 too: the GPU tests of every step at B=4 H=16 S=4096 above.
 # The rule for gradients passes the CPU twin (or the GPU kernels) and fails a planted element and a backward fed a
 # log-sum-exp 0.02 off; the deterministic dQ gives the same bits on every run (test_phase5_backward.c).
 add_executable(test_phase5_backward test_phase5_backward.c)
