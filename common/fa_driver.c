@@ -115,6 +115,7 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
         fa_round_floats(in->q, fa_numel_q(s), opt->dtype);
         fa_round_floats(in->k, fa_numel_kv(s), opt->dtype);
         fa_round_floats(in->v, fa_numel_kv(s), opt->dtype);
+        if (in->dout) fa_round_floats(in->dout, fa_numel_q(s), opt->dtype);   // dO is a half input of the backward
     }
     if (opt->save_dir) {
         save_command(opt);
@@ -411,12 +412,18 @@ void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inp
     fa_floats_to_half(in->q, half->q, fa_numel_q(s), opt->dtype);
     fa_floats_to_half(in->k, half->k, fa_numel_kv(s), opt->dtype);
     fa_floats_to_half(in->v, half->v, fa_numel_kv(s), opt->dtype);
+    half->dout = NULL;
+    if (in->dout) {
+        half->dout = alloc_half(fa_numel_q(s), "dO (half)");
+        fa_floats_to_half(in->dout, half->dout, fa_numel_q(s), opt->dtype);
+    }
 }
 
 void fa_free_half_inputs(fa_half_inputs *half) {
     free(half->q);
     free(half->k);
     free(half->v);
+    free(half->dout);
 }
 
 void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs *in, const fa_reference *ref,
@@ -462,6 +469,74 @@ void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs
     free(lse);
 }
 
+void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const fa_inputs *in,
+                                const fa_reference *ref, fa_half_rule *rule) {
+    const fa_shape *s = &opt->shape;
+    const int dtype = opt->dtype;
+    int64_t dims_q[4], dims_kv[4];
+    fa_dims_q(s, dims_q);
+    fa_dims_kv(s, dims_kv);
+    // Zeroed: the heads the oracle left out are only scanned for NaN.
+    float *dq = fa_alloc_floats(fa_numel_q(s), "the half reference's dQ");
+    float *dk = fa_alloc_floats(fa_numel_kv(s), "the half reference's dK");
+    float *dv = fa_alloc_floats(fa_numel_kv(s), "the half reference's dV");
+    memset(dq, 0, (size_t)fa_numel_q(s) * sizeof(float));
+    memset(dk, 0, (size_t)fa_numel_kv(s) * sizeof(float));
+    memset(dv, 0, (size_t)fa_numel_kv(s) * sizeof(float));
+    fa_set_threads(opt->threads);
+    fa_half_reference_backward(s, dtype, in->q, in->k, in->v, in->dout, ref->heads, dq, dk, dv);
+
+    // A bound the reference's arithmetic keeps, so that a broken reference cannot loosen the rule. Each gradient is a
+    // float32 sum of rounded P or dS times an input; rounding moves each term by at most u times itself, and the
+    // oracle's scale of each gradient is the sum of those terms' sizes (fa_oracle_magnitudes): u of the scale per
+    // rounding, a few roundings (P or dS, and what feeds Delta). 8u leaves room; an fp16 subnormal P or dS adds at
+    // most 2^-25 times the other factor per term (n terms). The float32 tolerance covers the float32 sums.
+    const double u = fa_dtype_unit_roundoff(dtype), subnormal = dtype == FA_DTYPE_FP16 ? 0x1p-25 : 0.0;
+    const double max_q = max_abs(in->q, fa_numel_q(s)), max_k = max_abs(in->k, fa_numel_kv(s));
+    const double max_do = max_abs(in->dout, fa_numel_q(s));
+    const double sub_dq = subnormal * (double)s->Sk * s->scale * max_k, sub_dk = subnormal * (double)s->Sq * s->scale * max_q;
+    const double sub_dv = subnormal * (double)s->Sq * max_do;
+    char label[64];
+    snprintf(label, sizeof label, "%s backward ref%s", fa_dtype_name(dtype), s->causal ? " (causal)" : "");
+    fa_check check_dq = fa_verify_results_scaled(label, "dQ", dq, ref->dq, dims_q, ref->heads,
+                                                 8.0 * u + (ref->scale.dq > 0.0 ? sub_dq / ref->scale.dq : 0.0) +
+                                                     ref->tol_backward, ref->scale.dq);
+    fa_check check_dk = fa_verify_results_scaled(label, "dK", dk, ref->dk, dims_kv, ref->heads,
+                                                 8.0 * u + (ref->scale.dk > 0.0 ? sub_dk / ref->scale.dk : 0.0) +
+                                                     ref->tol_backward, ref->scale.dk);
+    fa_check check_dv = fa_verify_results_scaled(label, "dV", dv, ref->dv, dims_kv, ref->heads,
+                                                 8.0 * u + (ref->scale.dv > 0.0 ? sub_dv / ref->scale.dv : 0.0) +
+                                                     ref->tol_backward, ref->scale.dv);
+    fa_report_add_check(report, check_dq);
+    fa_report_add_check(report, check_dk);
+    fa_report_add_check(report, check_dv);
+
+    rule->ref_err_dq = check_dq.rel_err;
+    rule->ref_err_dk = check_dk.rel_err;
+    rule->ref_err_dv = check_dv.rel_err;
+    rule->tol_dq = 3.0 * check_dq.rel_err + ref->tol_backward;
+    rule->tol_dk = 3.0 * check_dk.rel_err + ref->tol_backward;
+    rule->tol_dv = 3.0 * check_dv.rel_err + ref->tol_backward;
+    fa_report_add_note(report, "%s backward rule%s: pass at rel err <= 3 x the %s reference's + %.1e (float32): "
+                       "dQ %.2e, dK %.2e, dV %.2e", fa_dtype_name(dtype), s->causal ? " (causal)" : "",
+                       fa_dtype_name(dtype), ref->tol_backward, rule->tol_dq, rule->tol_dk, rule->tol_dv);
+    free(dq);
+    free(dk);
+    free(dv);
+}
+
+void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                              const fa_half_rule *rule, float *dq_host, float *dq_device, float *dk_host,
+                              float *dk_device, float *dv_host, float *dv_device) {
+    impl->n_outputs = 3;
+    impl->outputs[0] = (fa_output){"dQ", dq_host, dq_device, {0}, ref->dq, rule->tol_dq, ref->scale.dq, NULL, 0.0};
+    impl->outputs[1] = (fa_output){"dK", dk_host, dk_device, {0}, ref->dk, rule->tol_dk, ref->scale.dk, NULL, 0.0};
+    impl->outputs[2] = (fa_output){"dV", dv_host, dv_device, {0}, ref->dv, rule->tol_dv, ref->scale.dv, NULL, 0.0};
+    fa_dims_q(shape, impl->outputs[0].dims);
+    fa_dims_kv(shape, impl->outputs[1].dims);
+    fa_dims_kv(shape, impl->outputs[2].dims);
+}
+
 void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
                              const fa_half_rule *rule, float *o_host, float *o_device, float *lse_host,
                              float *lse_device) {
@@ -483,6 +558,7 @@ void fa_upload_half_inputs(const fa_options *opt, const fa_half_inputs *half, fa
     dev->q = upload_half(half->q, fa_numel_q(s), "Q (half)");
     dev->k = upload_half(half->k, fa_numel_kv(s), "K (half)");
     dev->v = upload_half(half->v, fa_numel_kv(s), "V (half)");
+    dev->dout = half->dout ? upload_half(half->dout, fa_numel_q(s), "dO (half)") : NULL;
     dev->upload_ms = fa_now_ms() - start;
 }
 
@@ -490,5 +566,6 @@ void fa_free_device_half_inputs(fa_device_half_inputs *dev) {
     fa_gpu_free(dev->q);
     fa_gpu_free(dev->k);
     fa_gpu_free(dev->v);
+    if (dev->dout) fa_gpu_free(dev->dout);
 }
 #endif

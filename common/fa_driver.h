@@ -121,6 +121,7 @@ void fa_free_device_inputs(fa_device_inputs *dev);
 typedef struct {
     int dtype;
     uint16_t *q, *k, *v;
+    uint16_t *dout;                  // dO, when the inputs have one (the backward); else NULL
 } fa_half_inputs;
 void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half);
 void fa_free_half_inputs(fa_half_inputs *half);
@@ -136,6 +137,10 @@ typedef struct {
     int dtype;
     double ref_err_o, ref_err_lse;   // the reference's relative errors against the oracle (fa_reference.scale)
     double tol_o, tol_lse;           // 2 x those + the float32 tolerance
+    // The backward (fa_make_half_backward_rule): the reference backward's errors, and 3 x those + the float32
+    // backward tolerance.
+    double ref_err_dq, ref_err_dk, ref_err_dv;
+    double tol_dq, tol_dk, tol_dv;
 } fa_half_rule;
 // Runs the reference on the oracle's heads, adds its two rows ("fp16 reference", O and LSE) to the check block and
 // a note with the rule, and fills rule. opt->dtype must be fp16 or bf16.
@@ -145,9 +150,19 @@ void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs
 void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
                              const fa_half_rule *rule, float *o_host, float *o_device, float *lse_host,
                              float *lse_device);
+// The same rule for gradients (FlashAttention's factor 3): runs fa_half_reference_backward on the oracle's heads (the
+// inputs need dO), adds its three rows ("fp16 backward ref": dQ, dK, dV, each checked against the bound its
+// arithmetic keeps) and a note, and fills the backward fields of rule. Needs a reference made with the backward.
+void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const fa_inputs *in,
+                                const fa_reference *ref, fa_half_rule *rule);
+// Sets impl->outputs to dQ, dK, dV, checked against the backward oracle by the rule's gradient tolerances.
+void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                              const fa_half_rule *rule, float *dq_host, float *dq_device, float *dk_host,
+                              float *dk_device, float *dv_host, float *dv_device);
 #if FA_HAVE_CUDA
 typedef struct {
     void *q, *k, *v;                 // device copies of fa_half_inputs
+    void *dout;                      // NULL when the host copy has none
     double upload_ms;
 } fa_device_half_inputs;
 void fa_upload_half_inputs(const fa_options *opt, const fa_half_inputs *half, fa_device_half_inputs *dev);

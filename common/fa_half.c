@@ -103,6 +103,32 @@ void fa_floats_to_half(const float *x, uint16_t *h, int64_t n, int dtype) {
     for (int64_t i = 0; i < n; i++) h[i] = fa_float_to_half(x[i], dtype);
 }
 
+static float dot_rows(const float *x, const float *y, int64_t D) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < D; d++) dot += x[d] * y[d];
+    return dot;
+}
+
+// One row of the reference's softmax: p[j] = exp(S_ij - m) for the n keys row i sees, with m its max and l its sum
+// (P_ij = p[j] / l). The forward and both passes of the backward compute S_ij with the same float32 operations, so
+// that all see the same P.
+static void reference_scores(const fa_shape *s, const float *q_i, const float *k_head, int64_t n, float *p, float *m,
+                             float *l) {
+    const int64_t D = s->D;
+    float max = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = s->scale * dot_rows(q_i, k_head + j * D, D);
+        max = fmaxf(max, p[j]);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = expf(p[j] - max);
+        sum += p[j];
+    }
+    *m = max;
+    *l = sum;
+}
+
 void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, const float *k, const float *v,
                                const unsigned char *heads, float *o, float *lse) {
     const int64_t D = s->D, Sq = s->Sq, Sk = s->Sk, BH = s->B * s->H;
@@ -115,18 +141,8 @@ void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, con
                 if (heads && !heads[bh]) continue;
                 const float *q_i = q + (bh * Sq + i) * D, *k_head = k + bh * Sk * D, *v_head = v + bh * Sk * D;
                 const int64_t n = s->causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;   // row i sees keys j <= i
-                float m = -INFINITY;
-                for (int64_t j = 0; j < n; j++) {
-                    float dot = 0.0f;
-                    for (int64_t d = 0; d < D; d++) dot += q_i[d] * k_head[j * D + d];
-                    p[j] = s->scale * dot;
-                    m = fmaxf(m, p[j]);
-                }
-                float l = 0.0f;
-                for (int64_t j = 0; j < n; j++) {
-                    p[j] = expf(p[j] - m);
-                    l += p[j];
-                }
+                float m, l;
+                reference_scores(s, q_i, k_head, n, p, &m, &l);
                 // The one rounding the attention itself adds: P to the half type, before it meets V.
                 for (int64_t j = 0; j < n; j++) p[j] = fa_round_to_dtype(p[j] / l, dtype);
                 float *o_i = o + (bh * Sq + i) * D;
@@ -137,4 +153,74 @@ void fa_half_reference_forward(const fa_shape *s, int dtype, const float *q, con
             }
         free(p);
     }
+}
+
+void fa_half_reference_backward(const fa_shape *s, int dtype, const float *q, const float *k, const float *v,
+                                const float *dout, const unsigned char *heads, float *dq, float *dk, float *dv) {
+    const int64_t D = s->D, Sq = s->Sq, Sk = s->Sk, BH = s->B * s->H;
+    // What the second pass needs of each row: its softmax's max and sum, and Delta.
+    float *row_m = fa_alloc_floats(BH * Sq, "the reference's row maxima");
+    float *row_l = fa_alloc_floats(BH * Sq, "the reference's row sums");
+    float *row_delta = fa_alloc_floats(BH * Sq, "the reference's Delta");
+
+    // Pass 1, by query rows: P, O, Delta, dS and dQ_i = scale sum_j round(dS_ij) K_j.
+#pragma omp parallel
+    {
+        float *p = fa_alloc_floats(Sk, "the reference's row of P");
+        float *o_i = fa_alloc_floats(D, "the reference's row of O");
+#pragma omp for collapse(2) schedule(dynamic, 16)
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t i = 0; i < Sq; i++) {
+                if (heads && !heads[bh]) continue;
+                const float *q_i = q + (bh * Sq + i) * D, *do_i = dout + (bh * Sq + i) * D;
+                const float *k_head = k + bh * Sk * D, *v_head = v + bh * Sk * D;
+                const int64_t n = s->causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;   // row i sees keys j <= i
+                float m, l;
+                reference_scores(s, q_i, k_head, n, p, &m, &l);
+                for (int64_t d = 0; d < D; d++) o_i[d] = 0.0f;
+                for (int64_t j = 0; j < n; j++) {
+                    const float p_half = fa_round_to_dtype(p[j] / l, dtype);
+                    for (int64_t d = 0; d < D; d++) o_i[d] += p_half * v_head[j * D + d];
+                }
+                const float delta = dot_rows(do_i, o_i, D);
+                row_m[bh * Sq + i] = m, row_l[bh * Sq + i] = l, row_delta[bh * Sq + i] = delta;
+                float *dq_i = dq + (bh * Sq + i) * D;
+                for (int64_t d = 0; d < D; d++) dq_i[d] = 0.0f;
+                for (int64_t j = 0; j < n; j++) {
+                    const float p_ij = p[j] / l, dp = dot_rows(do_i, v_head + j * D, D);
+                    const float ds = fa_round_to_dtype(p_ij * (dp - delta), dtype);
+                    for (int64_t d = 0; d < D; d++) dq_i[d] += ds * k_head[j * D + d];
+                }
+                for (int64_t d = 0; d < D; d++) dq_i[d] *= s->scale;
+            }
+        free(p);
+        free(o_i);
+    }
+
+    // Pass 2, by key rows: dV_j = sum_i round(P_ij) dO_i and dK_j = scale sum_i round(dS_ij) Q_i, with P_ij and dS_ij
+    // recomputed exactly as pass 1 had them (the same float32 operations on the same numbers).
+#pragma omp parallel for collapse(2) schedule(dynamic, 16)
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t j = 0; j < Sk; j++) {
+            if (heads && !heads[bh]) continue;
+            const float *k_j = k + (bh * Sk + j) * D, *v_j = v + (bh * Sk + j) * D;
+            float *dk_j = dk + (bh * Sk + j) * D, *dv_j = dv + (bh * Sk + j) * D;
+            for (int64_t d = 0; d < D; d++) dk_j[d] = dv_j[d] = 0.0f;
+            for (int64_t i = s->causal ? j : 0; i < Sq; i++) {   // the rows that see key j
+                const float *q_i = q + (bh * Sq + i) * D, *do_i = dout + (bh * Sq + i) * D;
+                const float score = s->scale * dot_rows(q_i, k_j, D);
+                const float p_ij = expf(score - row_m[bh * Sq + i]) / row_l[bh * Sq + i];
+                const float dp = dot_rows(do_i, v_j, D);
+                const float p_half = fa_round_to_dtype(p_ij, dtype);
+                const float ds = fa_round_to_dtype(p_ij * (dp - row_delta[bh * Sq + i]), dtype);
+                for (int64_t d = 0; d < D; d++) {
+                    dv_j[d] += p_half * do_i[d];
+                    dk_j[d] += ds * q_i[d];
+                }
+            }
+            for (int64_t d = 0; d < D; d++) dk_j[d] *= s->scale;
+        }
+    free(row_m);
+    free(row_l);
+    free(row_delta);
 }

@@ -53,6 +53,16 @@ void fa_floats_to_half(const float *x, uint16_t *h, int64_t n, int dtype);
 void fa_half_reference_forward(const fa_shape *shape, int dtype, const float *q, const float *k, const float *v,
                                const unsigned char *heads, float *o, float *lse);
 
+// The straightforward backward at the same precision (step 4's yardstick): the gradients of the reference above,
+// with the softmax materialised row by row and the rounding points of the tensor-core backward:
+//   P       as in the forward reference (float32), O = round(P) V, Delta_i = sum_d dO_id O_id   (float32)
+//   dP = dO V^T,  dS = P * (dP - Delta)        float32, from the unrounded P
+//   dV = round(P)^T dO,  dK = scale round(dS)^T Q,  dQ = scale round(dS) K     float32 sums, round() to dtype
+// q, k, v, dout hold values already rounded to dtype; contiguous [B, H, S, D]. Only the heads marked in `heads`
+// (NULL = all) are computed. float32, on the CPU, in parallel (over query rows for dQ, over key rows for dK, dV).
+void fa_half_reference_backward(const fa_shape *shape, int dtype, const float *q, const float *k, const float *v,
+                                const float *dout, const unsigned char *heads, float *dq, float *dk, float *dv);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,18 +1,22 @@
 // main.c - phase 5 driver: how FlashAttention gets fast. Each step is a row of the tables, next to the baselines a
 // user would pick instead: phase 3 step 3 (the same algorithm, one thread per query row) and, on the CPU, naive
 // attention with BLAS (two sgemm calls and a vectorised softmax, S materialised; built when CMake finds a BLAS).
-// Every row runs on the same input and is checked against the same float64 oracle.
+// Every row runs on the same input and is checked against the same float64 oracle. Step 4 is the backward: the rows
+// "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
+// step 3 forward's O and LSE, and are checked by the half-precision rule for gradients.
 //
 // Run: build/bin/phase5_tensor_cores                              (class defaults: B=1 H=4 S=1024 D=64, every step)
 //      build/bin/phase5_tensor_cores --step 1 --B 4 --H 16 --S 4096 --D 128 --causal --check-heads 2
 //      build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1
 //      build/bin/phase5_tensor_cores --dtype bf16 --step 3 --B 4 --H 16 --S 4096 --D 128 --check-heads 2
+//      build/bin/phase5_tensor_cores --dtype fp16 --step 4 --dq both --B 4 --H 16 --S 4096 --D 64 --check-heads 1
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
 #include "forward4d.h"
 #include "register_tiles.h"
+#include "tc_backward.h"
 #include "tensor_cores.h"
 #if FA_HAVE_BLAS
 #include "naive_blas.h"
@@ -26,12 +30,14 @@ static const int CUDA_HEAD_DIMS[] = REGTILE_CUDA_HEAD_DIMS;
 
 static const fa_cli_spec SPEC = {
     .program = "phase5_tensor_cores",
-    .summary = "Phase 5: how FlashAttention gets fast. (1) register tiles in float32; with phase 3 step 3 and, on the "
-               "CPU, naive attention with BLAS on the same input.",
+    .summary = "Phase 5: how FlashAttention gets fast. (1) register tiles in float32, (2) mma.sync tensor cores, (3) "
+               "swizzle and cp.async, (4) the backward on tensor cores; with phase 3 step 3 and, on the CPU, naive "
+               "attention with BLAS on the same input.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
     .default_block_n = 64,
-    .max_step = 3,
+    .max_step = 4,
+    .has_dq_mode = 1,   // step 4: --dq deterministic|atomic|both, as in phase 4
     .cuda_head_dims = CUDA_HEAD_DIMS,
     .has_dtype = 1,   // steps 2 and 3 compute in fp16 or bf16; the float32 rows run on the same rounded inputs
 };
@@ -140,6 +146,7 @@ static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
 static int row_selected(const fa_options *opt, const row_kind *row) {
     if (row->half && opt->dtype == FA_DTYPE_FP32) return 0;   // steps 2 and 3 need --dtype fp16|bf16
+    if (opt->step == 4) return 0;                             // the backward alone: no forward rows
     return row->step == 0 || opt->step == 0 || opt->step == row->step;
 }
 
@@ -215,14 +222,83 @@ static void run_device(fa_report *report, const fa_options *opt, const fa_refere
     }
 }
 
+// --- Step 4: the backward ----------------------------------------------------------------------------------------
+#define BACKWARD_DET_LABEL "step 4 bwd det"   // (short: the tables give a label 28 columns)
+#define BACKWARD_ATOMIC_LABEL "step 4 bwd atomic"
+
+typedef struct {
+    const fa_shape *shape;
+    int dtype, block_m, block_n, dq_mode;
+    tc_backward_tensors t;
+} backward_args;
+
+static void run_backward_cpu(void *p) {
+    const backward_args *a = p;
+    flash_backward_tc_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+static void run_backward_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_tc_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+#endif
+
+// The gradients: host copies (checked) and, for a cuda run, where the kernels write them.
+typedef struct {
+    float *dq, *dk, *dv;
+} grads;
+
+// The backward's tensors on contiguous [B, H, S, D] buffers: the half inputs, the forward's O and LSE, the gradients.
+static tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q, const void *k, const void *v,
+                                               const void *dout, const float *o, const float *lse, float *delta,
+                                               grads g) {
+    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
+    tc_backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk};
+    return t;
+}
+
+// Runs, checks and times the step 4 backward in each dQ variant --dq asks for, on the forward's O and LSE in t.
+static void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
+                                    const fa_half_rule *rule, int is_cuda, int block_m, int block_n,
+                                    tc_backward_tensors t, grads host, grads device, double upload_ms) {
+    const fa_shape *s = &opt->shape;
+    const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
+    const char *labels[2] = {BACKWARD_DET_LABEL, BACKWARD_ATOMIC_LABEL};
+    for (int m = 0; m < 2; m++) {
+        if (!(opt->dq_mode & modes[m])) continue;
+        backward_args args = {s, opt->dtype, block_m, block_n, modes[m], t};
+        char label[48];
+        snprintf(label, sizeof label, "%s %s", labels[m], fa_dtype_name(opt->dtype));
+        fa_implementation impl = {.label = label, .is_cuda = is_cuda, .ctx = &args, .run = run_backward_cpu,
+                                  .flops = fa_flops_backward(s), .backward = 1,
+                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),   // Delta
+                                  .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
+                                  .block_m = block_m, .block_n = block_n, .causal = s->causal,
+                                  .upload_ms = upload_ms};
+        if (is_cuda) {
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+            impl.run = run_backward_cuda;
+#endif
+        } else {
+            impl.extra_bytes_per_thread = flash_backward_tc_cpu_workspace_bytes(s->D, block_m, block_n);
+        }
+        fa_half_backward_outputs(&impl, s, ref, rule, host.dq, device.dq, host.dk, device.dk, host.dv, device.dv);
+        fa_check_and_time(report, opt, ref, &impl);
+    }
+}
+
 int main(int argc, char **argv) {
     fa_options opt;
     fa_parse_options(argc, argv, &SPEC, &opt);
-    int step_built = opt.step == 0;
-    for (int r = 0; r < N_ROWS; r++) step_built |= ROWS[r].step == opt.step;
-    if (!step_built) fa_die("--step %d is not built yet (steps built: 1, 2, 3)", opt.step);
+    if (opt.step >= 1 && opt.step <= 3 && opt.dq_mode != FA_DQ_BOTH)
+        fa_die("--dq applies to step 4 (the backward) only, not to --step %d", opt.step);
     if (opt.step >= 2 && opt.dtype == FA_DTYPE_FP32)
         fa_die("--step %d computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16", opt.step);
+    // Step 4 runs where the inputs are half and --step is 4 or all.
+    const int backward = opt.dtype != FA_DTYPE_FP32 && (opt.step == 0 || opt.step == 4);
+    if ((opt.impl & FA_IMPL_CUDA) && backward && !tc_cuda_supports_head_dim(opt.shape.D))
+        fa_die("the tensor-core backward (step 4) takes D = 64 or 128 (got %lld); use --impl cpu for other sizes",
+               (long long)opt.shape.D);
     // Checked in a build without CUDA too, so that a command line means the same on every machine.
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
@@ -245,27 +321,39 @@ int main(int argc, char **argv) {
                                     "libopenblas-openmp-dev, and configure again)");
 #endif
     if (opt.dtype == FA_DTYPE_FP32 && opt.step == 0)
-        fa_report_add_note(&report, "step 2 and 3 rows not run: they compute in half precision (--dtype fp16|bf16)");
+        fa_report_add_note(&report, "step 2 to 4 rows not run: they compute in half precision (--dtype fp16|bf16)");
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
     char why[256];
     if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1 && tc_cuda_check_device(why, sizeof why) != 0)
         fa_die("%s", why);
 #else
     if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1)
-        fa_report_add_note(&report, "step 2 and 3 GPU rows not built: no architecture of this build is sm_80 or newer");
+        fa_report_add_note(&report, "step 2 to 4 GPU rows not built: no architecture of this build is sm_80 or newer");
 #endif
 
     // With --dtype fp16|bf16 the inputs are rounded to that type (every row and the oracle see the same numbers);
     // the half rows read them in that type and are checked by the half-precision rule.
+    // Step 4 adds dO (rounded like the other inputs), the oracle's gradients and the rule for them.
     fa_inputs in;
-    fa_make_inputs(&opt, 0, &in);
+    fa_make_inputs(&opt, backward, &in);
     fa_reference ref;
-    fa_make_reference(&opt, &in, 0, &ref);
+    fa_make_reference(&opt, &in, backward, &ref);
     fa_half_inputs half = {0};
     fa_half_rule rule = {0};
     if (opt.dtype != FA_DTYPE_FP32) {
-        fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+        if (opt.step != 4) fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+        if (backward) fa_make_half_backward_rule(&report, &opt, &in, &ref, &rule);
         fa_make_half_inputs(&opt, &in, &half);
+    }
+    const fa_strides q_strides = fa_strides_contiguous(opt.shape.H, opt.shape.Sq, opt.shape.D);
+    const fa_strides kv_strides = fa_strides_contiguous(opt.shape.H, opt.shape.Sk, opt.shape.D);
+    grads host = {NULL, NULL, NULL};
+    float *delta = NULL;
+    if (backward) {
+        host.dq = fa_alloc_floats(fa_numel_q(&opt.shape), "dQ");
+        host.dk = fa_alloc_floats(fa_numel_kv(&opt.shape), "dK");
+        host.dv = fa_alloc_floats(fa_numel_kv(&opt.shape), "dV");
+        delta = fa_alloc_floats(fa_numel_lse(&opt.shape), "Delta");
     }
 
     float *o = fa_alloc_floats(fa_numel_q(&opt.shape), "O");
@@ -273,6 +361,16 @@ int main(int argc, char **argv) {
     if (opt.impl & FA_IMPL_CPU) {
         device_buffers cpu = {0, in.q, in.k, in.v, o, lse, o, lse, 0.0, half.q, half.k, half.v, &rule};
         run_device(&report, &opt, &ref, &cpu);
+        if (backward) {
+            // The forward the backward differentiates: step 3's O and LSE (its own row, if run, checked them).
+            fa_set_threads(opt.threads);
+            flash_forward_pipeline_cpu(&opt.shape, opt.dtype, opt.block_m, opt.block_n, half.q, q_strides, half.k,
+                                       kv_strides, half.v, kv_strides, o, q_strides, lse, NULL);
+            const tc_backward_tensors t =
+                contiguous_backward(&opt.shape, half.q, half.k, half.v, half.dout, o, lse, delta, host);
+            const grads no_device = {NULL, NULL, NULL};
+            check_and_time_backward(&report, &opt, &ref, &rule, 0, opt.block_m, opt.block_n, t, host, no_device, 0.0);
+        }
     }
 #if FA_HAVE_CUDA
     if (use_gpu) {
@@ -287,6 +385,30 @@ int main(int argc, char **argv) {
             gpu.q_half = dev_half.q, gpu.k_half = dev_half.k, gpu.v_half = dev_half.v;
         }
         run_device(&report, &opt, &ref, &gpu);
+#if TC_HAVE_MMA_CUDA
+        if (backward) {
+            // Step 3's forward first, at the tiles its kernels have; the backward's kernels have 64x64 only.
+            const int fwd_m = tc_cuda_supports_tiles(opt.block_m, opt.block_n) ? opt.block_m : 128;
+            const int fwd_n = tc_cuda_supports_tiles(opt.block_m, opt.block_n) ? opt.block_n : 64;
+            flash_forward_pipeline_cuda(&opt.shape, opt.dtype, fwd_m, fwd_n, dev_half.q, q_strides, dev_half.k,
+                                        kv_strides, dev_half.v, kv_strides, o_dev, q_strides, lse_dev);
+            if (!tc_backward_cuda_supports_tiles(opt.block_m, opt.block_n))
+                fa_report_add_note(&report, "step 4 cuda ran with %s tiles, the only ones its kernels have "
+                                   "(--block-m %d --block-n %d set the CPU's and the forward's)",
+                                   TC_BACKWARD_CUDA_TILES_TEXT, opt.block_m, opt.block_n);
+            grads device = {fa_gpu_alloc(fa_numel_q(&opt.shape), "dQ"), fa_gpu_alloc(fa_numel_kv(&opt.shape), "dK"),
+                            fa_gpu_alloc(fa_numel_kv(&opt.shape), "dV")};
+            float *delta_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "Delta");
+            const tc_backward_tensors t = contiguous_backward(&opt.shape, dev_half.q, dev_half.k, dev_half.v,
+                                                              dev_half.dout, o_dev, lse_dev, delta_dev, device);
+            check_and_time_backward(&report, &opt, &ref, &rule, 1, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
+                                    t, host, device, dev.upload_ms + dev_half.upload_ms);
+            fa_gpu_free(device.dq);
+            fa_gpu_free(device.dk);
+            fa_gpu_free(device.dv);
+            fa_gpu_free(delta_dev);
+        }
+#endif
         if (opt.dtype != FA_DTYPE_FP32) fa_free_device_half_inputs(&dev_half);
         fa_gpu_free(o_dev);
         fa_gpu_free(lse_dev);
@@ -299,6 +421,10 @@ int main(int argc, char **argv) {
     int status = fa_finish(&report, &opt);
     free(o);
     free(lse);
+    free(host.dq);
+    free(host.dk);
+    free(host.dv);
+    free(delta);
     fa_free_reference(&ref);
     if (opt.dtype != FA_DTYPE_FP32) fa_free_half_inputs(&half);
     fa_free_inputs(&in);

@@ -64,7 +64,7 @@ else()
 endif()
 
 # Bad input: one line on stderr, exit status 2, before any work.
-fa_add_bad_input_test(NAME phase5_bad_step_4 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 4)
+fa_add_bad_input_test(NAME phase5_bad_step_5 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 5)
 fa_add_bad_input_test(NAME phase5_bad_step_0 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 0)
 fa_add_bad_input_test(NAME phase5_bad_step_text LABEL phase5 BINARY phase5_tensor_cores ARGS --step one)
 fa_add_bad_input_test(NAME phase5_bad_D_cuda LABEL phase5 BINARY phase5_tensor_cores ARGS --impl cuda --D 48)
@@ -76,4 +76,4 @@ fa_add_bad_input_test(NAME phase5_bad_tiles_cuda_128x32 LABEL phase5 BINARY phas
 fa_add_bad_input_test(NAME phase5_bad_block_zero LABEL phase5 BINARY phase5_tensor_cores ARGS --impl cpu --block-m 0)
 fa_add_bad_input_test(NAME phase5_bad_H_zero LABEL phase5 BINARY phase5_tensor_cores ARGS --H 0)
 fa_add_bad_input_test(NAME phase5_bad_Sq_negative LABEL phase5 BINARY phase5_tensor_cores ARGS --impl cpu --Sq -3)
-include(${CMAKE_CURRENT_SOURCE_DIR}/phase5_half.cmake)   # steps 2 and 3: fp16/bf16 on tensor cores
+include(${CMAKE_CURRENT_SOURCE_DIR}/phase5_half.cmake)   # steps 2 to 4: fp16/bf16 on tensor cores

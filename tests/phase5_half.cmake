@@ -1,7 +1,8 @@
-# Phase 5 steps 2 and 3: tensor cores in fp16 and bf16, CPU twins and CUDA, each run checked by the half-precision
+# Phase 5 steps 2 to 4: tensor cores in fp16 and bf16, CPU twins and CUDA, each run checked by the half-precision
 # rule (common/fa_driver.c, fa_make_half_rule): at most 2x the error of the straightforward implementation at the same
-# precision, measured in the same run, plus the float32 tolerance. A run without --step runs steps 1, 2 and 3 and the
-# baselines on the same rounded inputs (the float32 rows keep the float32 tolerance).
+# precision, measured in the same run, plus the float32 tolerance (3x for step 4's gradients,
+# fa_make_half_backward_rule). A run without --step runs steps 1 to 4 and the baselines on the same rounded inputs
+# (the float32 rows keep the float32 tolerance).
 # Shapes: B and H > 1; S in {1, 17, 100, 130, 1000}, Sq != Sk both ways; D = 64 and 128 (the CPU also other D);
 # causal and not; the CUDA tiles 128x64 (default) and 64x64, any tile on the CPU; large logits.
 set(phase5_half_shapes
@@ -35,7 +36,7 @@ foreach(dtype fp16 bf16)
                     IMPL cpu ARGS --dtype ${dtype} --B 1 --H 2 --S 130 --D 96 --block-m 300 --block-n 700)
 endforeach()
 
-# GPU only, the benchmark shapes: steps 2 and 3 at B=4 H=16 S=4096, fp16 and bf16, D = 64 and 128, causal and not.
+# GPU only, the benchmark shapes: steps 1 to 4 at B=4 H=16 S=4096, fp16 and bf16, D = 64 and 128, causal and not.
 foreach(dtype fp16 bf16)
   foreach(D 64 128)
     foreach(causal "" "--causal")
@@ -58,6 +59,45 @@ foreach(t convert rule)
   set_tests_properties(phase5_half_${t} PROPERTIES LABELS "phase5;cpu")
 endforeach()
 
+# Step 4, the backward (the runs above, without --step, run it too, beside the forward steps): --step 4 alone, both
+# dQ variants, on the shapes that matter to its tiles: ragged Sq != Sk both ways, causal and not, D = 64 and 128,
+# one query row or one key; the CPU on other tiles and D. The check is the rule for gradients (3x the straightforward
+# backward at the same precision, fa_make_half_backward_rule).
+set(phase5_backward_shapes
+  "B2_H2_Sq130_Sk100_D64_causal|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal"
+  "B2_H2_Sq100_Sk130_D64|--B|2|--H|2|--Sq|100|--Sk|130|--D|64"
+  "B2_H2_Sq130_Sk100_D128|--B|2|--H|2|--Sq|130|--Sk|100|--D|128"
+  "B2_H2_Sq100_Sk130_D128_causal|--B|2|--H|2|--Sq|100|--Sk|130|--D|128|--causal"
+  "B1_H2_S256_D64_causal|--B|1|--H|2|--S|256|--D|64|--causal"
+  "B3_H1_Sq1_Sk200_D64_causal|--B|3|--H|1|--Sq|1|--Sk|200|--D|64|--causal"
+  "B1_H2_Sq200_Sk1_D128|--B|1|--H|2|--Sq|200|--Sk|1|--D|128"
+  "B1_H2_S300_D64_causal_logits80|--B|1|--H|2|--S|300|--D|64|--causal|--scale|8")
+foreach(entry ${phase5_backward_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(dtype fp16 bf16)
+    foreach(impl cpu cuda)
+      fa_add_check_test(NAME phase5_${impl}_${dtype}_backward_${name} LABEL phase5 BINARY phase5_tensor_cores
+                        IMPL ${impl} ARGS --step 4 --dq both --dtype ${dtype} ${parts})
+    endforeach()
+  endforeach()
+endforeach()
+foreach(dtype fp16 bf16)
+  fa_add_check_test(NAME phase5_cpu_${dtype}_backward_B2_H2_Sq33_Sk20_D40_tile17x5_causal LABEL phase5
+                    BINARY phase5_tensor_cores IMPL cpu
+                    ARGS --step 4 --dtype ${dtype} --B 2 --H 2 --Sq 33 --Sk 20 --D 40 --block-m 17 --block-n 5 --causal)
+endforeach()
+# The benchmark shapes run step 4 too: the GPU tests of every step at B=4 H=16 S=4096 above.
+# The rule for gradients passes the CPU twin (or the GPU kernels) and fails a planted element and a backward fed a
+# log-sum-exp 0.02 off; the deterministic dQ gives the same bits on every run (test_phase5_backward.c).
+add_executable(test_phase5_backward test_phase5_backward.c)
+target_link_libraries(test_phase5_backward PRIVATE phase5_kernels)
+add_test(NAME phase5_cpu_backward_rule_determinism COMMAND test_phase5_backward cpu)
+set_tests_properties(phase5_cpu_backward_rule_determinism PROPERTIES LABELS "phase5;cpu")
+add_test(NAME phase5_cuda_backward_rule_determinism
+         COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_phase5_backward> cuda)
+set_tests_properties(phase5_cuda_backward_rule_determinism PROPERTIES LABELS "phase5;gpu" SKIP_RETURN_CODE 77)
+
 # Bad input: one line on stderr, exit status 2, before any work.
 fa_add_bad_input_test(NAME phase5_bad_dtype LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype fp8)
 fa_add_bad_input_test(NAME phase5_bad_dtype_empty LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype)
@@ -69,3 +109,9 @@ fa_add_bad_input_test(NAME phase5_bad_half_D32_cuda LABEL phase5 BINARY phase5_t
 fa_add_bad_input_test(NAME phase5_bad_half_tiles_cuda LABEL phase5 BINARY phase5_tensor_cores
                       ARGS --impl cuda --dtype bf16 --step 3 --block-m 64 --block-n 32)
 fa_add_bad_input_test(NAME phase5_bad_dtype_phase3 LABEL phase5 BINARY phase3_forward_4d ARGS --dtype fp16)
+fa_add_bad_input_test(NAME phase5_bad_step4_fp32 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 4)
+fa_add_bad_input_test(NAME phase5_bad_step4_D32_cuda LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --impl cuda --dtype fp16 --step 4 --D 32)
+fa_add_bad_input_test(NAME phase5_bad_dq_mode LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype fp16 --step 4 --dq some)
+fa_add_bad_input_test(NAME phase5_bad_dq_forward_step LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --dtype fp16 --step 3 --dq atomic)

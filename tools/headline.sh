@@ -52,6 +52,16 @@ for D in 64 128; do
     done
 done
 
+# Phase 5 step 4, the backward on tensor cores (docs/07-tensor-core-backward.md): both dQ variants in one run.
+for dtype in fp16 bf16; do
+    for D in 64 128; do
+        for causal in "" "--causal"; do
+            run phase5_tensor_cores --impl cuda --step 4 --dq both --dtype $dtype --B 4 --H 16 --S 4096 --D $D $causal \
+                --check-heads 1 --warmup 2 --iters 10
+        done
+    done
+done
+
 # PyTorch at the same shape: its float32 memory-efficient kernel, and FlashAttention-2 and cuDNN in fp16 and bf16.
 if [[ " $PHASES " == *" pytorch "* ]]; then
     csv=$(mktemp)

@@ -1,0 +1,630 @@
+// 4_backward_cuda.cu - phase 5, step 4, on the GPU: the backward pass on tensor cores (mma.sync), fp16 or bf16.
+//
+// What it adds: phase 4's backward (phase4_backward/backward_dkdv_cuda.cu, backward_dq_cuda.cu) with every product
+//   on mma.m16n8k16, in the fragments of step 2 (phase5_tensor_cores/2_mma_cuda.cu). Five products per tile pair:
+//
+//     product          A (16 x 16, row-major)        B (16 x 8, "by columns")          how B is fetched
+//     S^T  = K Q^T     K rows of the warp [key][d]   Q^T: column = a query, along d    ldmatrix      (Q is [q][d])
+//     dV  += P^T dO    P^T: accumulator -> A         dO:  column = a dim, along q      ldmatrix.trans (dO is [q][d])
+//     dP^T = V dO^T    V rows of the warp [key][d]   dO^T: column = a query, along d   ldmatrix      (dO is [q][d])
+//     dK  += dS^T Q    dS^T: accumulator -> A        Q:   column = a dim, along q      ldmatrix.trans (Q is [q][d])
+//     dQ  += dS K      dS: from dS^T in SHARED       K:   column = a dim, along key    ldmatrix.trans (K is [key][d])
+//
+//   The dK/dV pass works on the transposed problem (keys are the rows, 16 per warp): then P^T and dS^T come out of
+//   their mma as accumulators in exactly the layout of the next product's A operand, as P does in the forward, and
+//   never leave the registers. Every B operand is a tile already in shared memory, row-major [row][d]; ldmatrix reads
+//   it as it is when the product sums along d, and ldmatrix.trans when it sums along the rows. The one transpose
+//   that ldmatrix cannot do is dQ's A operand in the atomic variant: dQ = dS K needs dS with queries as rows, and a
+//   warp holds dS^T for its 16 keys and all BLOCK_M queries, while the rows of dQ it would need are spread over all
+//   four warps. So dS^T goes to shared memory (half, [key][query]) and every warp reads back the dS rows of its part
+//   of dQ with ldmatrix.trans. The deterministic dQ pass needs no such trip: it works in the forward's orientation
+//   (queries are the rows), recomputes S and dP, and dS comes out as the A operand of dS K directly.
+// The pipeline of step 3: shared tiles XOR-swizzled (swizzle(): ldmatrix without bank conflicts) and loaded with
+//   cp.async into two buffers, the next tile of the inner loop (Q and dO in the dK/dV pass, K and V in the dQ pass)
+//   arriving while this one is computed.
+// CPU twin:  phase5_tensor_cores/4_backward_cpu.c
+// Diff:      diff -u phase5_tensor_cores/3_pipeline_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
+//            diff -u phase4_backward/backward_dkdv_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
+// Run:       build/bin/phase5_tensor_cores --impl cuda --step 4 --dtype fp16 --B 4 --H 16 --S 4096 --D 64 --dq both
+//
+// Needs sm_80 or newer. Lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn below.
+#include "fa_cuda_check.h"
+#include "fa_half.h"
+#include "forward4d.h"
+#include "tc_backward.h"
+#include "tensor_cores.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LOG2E 1.4426950408889634f   // P = exp(scale s - LSE) = exp2(s * scale * LOG2E - LSE * LOG2E): one FMA, one exp2
+#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+#define WARP_ROWS 16   // rows per warp: the M of mma.m16n8k16 (16 keys in the dK/dV pass, 16 queries in the dQ pass)
+#define MMA_N 8        // columns of one mma's output
+#define MMA_K 16       // the sum inside one mma
+#define CHUNK 8        // halves in 16 bytes: one row of an 8x8 ldmatrix matrix, and one global load
+#define WARPS 4        // warps per block in both passes: BLOCK_N = BLOCK_M = 4 x 16
+#define SWIZZLE_ROWS 8 // rows whose chunks the swizzle spreads over the 8 chunk positions of a 128-byte line
+#define THREADS (WARPS * WARP_SIZE)
+
+// ---------------------------------------------------------------------------------------------------------------
+// The PTX helpers, one instruction each, as in step 2 (2_mma_cuda.cu draws the layouts in full).
+//
+// An 8x8 matrix of 16-bit elements in registers: lane 4g + t holds row g, columns 2t and 2t+1, in one register.
+//
+// ldmatrix.x4: four 8x8 matrices from shared memory; lanes 8i .. 8i+7 pass the addresses of the 8 rows (16 bytes
+// each, 16-byte aligned) of matrix i, and r[i] receives matrix i.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row_address) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+// ldmatrix.x4.trans: each matrix transposed on the way: lane 4g + t receives the stored elements (2t, g) and
+// (2t + 1, g), two neighbouring ROWS of column g.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row_address) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+// mma.m16n8k16: C (16x8, float32) += A (16x16, half) * B (16x8, half). Per lane:
+//
+//   A: four 8x8 matrices             B: two 8x8 matrices, B^T as drawn   C: two 8x8 halves, one float each
+//            cols 0-7  cols 8-15         (rows of B^T = columns n of B)           cols 0-7
+//   rows 0-7   a[0]     a[2]                     k 0-7    k 8-15           rows 0-7   c[0] (col 2t) c[1] (2t+1)
+//   rows 8-15  a[1]     a[3]              n 0-7   b[0]     b[1]            rows 8-15  c[2] (col 2t) c[3] (2t+1)
+//
+//   The C layout of two neighbouring mmas (16 columns) is the A layout: an accumulator becomes an A operand in
+//   registers (P^T and dS^T below, as P in the forward).
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                             __nv_bfloat16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    uint32_t bits;
+    memcpy(&bits, &pair, sizeof bits);
+    return bits;
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    uint32_t bits;
+    memcpy(&bits, &pair, sizeof bits);
+    return bits;
+}
+
+// Where chunk `chunk` (16 bytes, elements 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves from the start
+// of a tile whose rows are WIDTH halves long: the chunk position is XORed with row % 8, as in step 3
+// (3_pipeline_cuda.cu draws it), so the 8 rows one ldmatrix matrix reads sit in 8 different bank groups. Every tile
+// of this file (K, V, Q, dO: WIDTH = D; dS^T: WIDTH = BLOCK_M) is written and read through it.
+template <int WIDTH> __device__ __forceinline__ int swizzle(int row, int chunk) {
+    return row * WIDTH + (chunk ^ (row % SWIZZLE_ROWS)) * CHUNK;
+}
+
+// The A fragment of rows row0 .. row0 + 15, dims 16ds .. 16ds + 15 of a row-major [rows][D] half tile: lanes 0-15
+// point at rows 0-15 of the first 8 dims (a[0], a[1]), lanes 16-31 at the next 8 (a[2], a[3]).
+template <int D, typename T>
+__device__ __forceinline__ void load_a_rows(uint32_t a[4], const T *tile, int row0, int ds) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    ldmatrix_x4(a, tile + swizzle<D>(row0 + lane % 16, ds * 2 + lane / 16));
+}
+
+// acc[nb] += A * B^T for the 8-row column blocks nb of B^T, B^T a row-major [rows][D] half tile whose rows
+// n0 .. n0 + 8 NB - 1 are the columns of the product, summed along d (16 dims, step ds): "S = Q K^T" in the forward.
+// One ldmatrix.x4 gives the B operands of two column blocks: lanes 0-7 rows 0-7, dims 0-7 (b0 of block nb); lanes
+// 8-15 the same rows, dims 8-15 (b1); lanes 16-31 rows 8-15 (block nb + 1).
+template <int D, int NB, typename T>
+__device__ __forceinline__ void mma_along_d(float acc[NB][4], const uint32_t a[4], const T *tile, int ds) {
+    const int lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, tile + swizzle<D>(nb * MMA_N + lane % 8 + lane / 16 * 8, ds * 2 + lane / 8 % 2));
+        mma_m16n8k16(acc[nb], a, b[0], b[1], T());
+        mma_m16n8k16(acc[nb + 1], a, b[2], b[3], T());
+    }
+}
+
+// acc[db] += A * B for every 8-dim block db of B = rows 16ks .. 16ks + 15 of a row-major [rows][D] half tile,
+// summed along its rows: "O += P V" in the forward. The transposing ldmatrix gives B: lanes 0-7 rows 0-7, dims 0-7
+// (b0 of block db); lanes 8-15 rows 8-15 (b1); lanes 16-31 the same for dims 8-15 (block db + 1).
+template <int D, typename T>
+__device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const uint32_t a[4], const T *tile, int ks) {
+    const int lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int db = 0; db < D / MMA_N; db += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, tile + swizzle<D>(ks * MMA_K + lane % 8 + lane / 8 % 2 * 8, db + lane / 16));
+        mma_m16n8k16(acc[db], a, b[0], b[1], T());
+        mma_m16n8k16(acc[db + 1], a, b[2], b[3], T());
+    }
+}
+
+// cp.async.cg: copies 16 bytes from global to shared memory without passing through registers, asynchronously; with
+// src_bytes = 0 it writes 16 zero bytes and reads nothing (rows past the end of the tensor).
+__device__ __forceinline__ void cp_async_16(void *shared_destination, const void *global_source, int src_bytes) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared_destination);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global_source), "r"(src_bytes));
+}
+// Closes the group of cp.async issued so far by this thread; wait_all then waits until all of its groups have landed.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
+// shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
+// cp_async_wait_all and a barrier come before anyone reads the tile.
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t stride_s, int64_t first_row,
+                                                int64_t n_rows) {
+    constexpr int ROW_CHUNKS = D / CHUNK;
+#pragma unroll
+    for (int c = threadIdx.x; c < ROWS * ROW_CHUNKS; c += THREADS) {
+        const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
+        const bool exists = first_row + row < n_rows;
+        // A row that does not exist reads nothing (0 source bytes); its address is then only a valid placeholder.
+        const T *from = exists ? src + (first_row + row) * stride_s + chunk * CHUNK : src;
+        cp_async_16(tile + swizzle<D>(row, chunk), from, exists ? 16 : 0);
+    }
+}
+
+// The Q tile's LSE (times LOG2E: P in base 2) and Delta into shared memory, ordinary loads and stores (BLOCK_M floats
+// each, next to the cp.async of the Q and dO tiles); 0 for rows past S_q, which are masked anyway.
+template <int BLOCK_M>
+__device__ __forceinline__ void load_row_stats(float *lse2_tile, float *delta_tile, const float *lse,
+                                               const float *delta, int64_t q_start, int64_t S_q) {
+    for (int i = threadIdx.x; i < BLOCK_M; i += THREADS) {
+        const int exists = q_start + i < S_q;
+        lse2_tile[i] = exists ? lse[q_start + i] * LOG2E : 0.0f;
+        delta_tile[i] = exists ? delta[q_start + i] : 0.0f;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 1. Preprocess: Delta_i = sum_d dO_id O_id, one warp per query row (lanes along d, then a butterfly sum); with
+// zero_dq, also dQ_i = 0 (the atomic variant adds into it). grid: (row blocks of WARPS rows, heads of this launch).
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS)
+backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, const T *__restrict__ dout,
+                           fa_strides do_strides, float *__restrict__ delta, float *__restrict__ dq,
+                           fa_strides dq_strides, int64_t S_q, int64_t H, int64_t bh_first, int zero_dq) {
+    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int64_t row = (int64_t)blockIdx.x * WARPS + warp;
+    if (row >= S_q) return;   // a whole warp leaves together: the shuffles below see every lane
+    const float *o_i = o + b * o_strides.b + h * o_strides.h + row * o_strides.s;
+    const T *do_i = dout + b * do_strides.b + h * do_strides.h + row * do_strides.s;
+    float sum = 0.0f;
+    for (int d = lane; d < D; d += WARP_SIZE) sum += (float)do_i[d] * o_i[d];
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+    if (lane == 0) delta[bh * S_q + row] = sum;
+    if (zero_dq) {
+        float *dq_i = dq + b * dq_strides.b + h * dq_strides.h + row * dq_strides.s;
+        for (int d = lane; d < D; d += WARP_SIZE) dq_i[d] = 0.0f;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 2. dK and dV: one block per K/V tile (and, with atomic_dq, each Q tile's share of dQ).
+// grid: (number of K/V tiles, heads of this launch), block: 4 warps; warp w owns keys k_start + 16w .. + 15.
+// Shared memory: K, V tiles [BLOCK_N][D], two buffers of the Q and dO tiles [BLOCK_M][D], dS^T [BLOCK_N][BLOCK_M]
+// (T, all swizzled), and two buffers of the Q tile's LSE in base 2 and its Delta [BLOCK_M] (float32).
+template <typename T, int D, int BLOCK_M, int BLOCK_N>
+__global__ void __launch_bounds__(THREADS)
+backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
+                     const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
+                     const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
+                     fa_strides dq_strides, float *__restrict__ dk, fa_strides dk_strides, float *__restrict__ dv,
+                     fa_strides dv_strides, int64_t S_q, int64_t S_k, int64_t H, int64_t bh_first, float scale,
+                     int causal, int atomic_dq) {
+    static_assert(BLOCK_N == WARPS * WARP_ROWS, "one warp per 16 keys");
+    constexpr int D_STEPS = D / MMA_K;              // mma steps along d (S^T, dP^T)
+    constexpr int D_BLOCKS = D / MMA_N;             // 8-dim column blocks of dK, dV
+    constexpr int Q_BLOCKS = BLOCK_M / MMA_N;       // 8-query column blocks of S^T, dP^T
+    constexpr int Q_STEPS = BLOCK_M / MMA_K;        // mma steps along the queries (dV, dK)
+    constexpr int K_STEPS = BLOCK_N / MMA_K;        // mma steps along the keys (dQ)
+    constexpr int DQ_UNITS = (BLOCK_M / WARP_ROWS) * (D / MMA_K);   // dQ's 16x16 pieces, shared out over the warps
+    constexpr int Q_TILE = BLOCK_M * D;            // halves in one Q (or dO) buffer
+    extern __shared__ uint4 smem[];
+    T *k_tile = reinterpret_cast<T *>(smem);        // [BLOCK_N][D]
+    T *v_tile = k_tile + BLOCK_N * D;               // [BLOCK_N][D]
+    T *q_tiles = v_tile + BLOCK_N * D;              // [2][BLOCK_M][D]
+    T *do_tiles = q_tiles + 2 * Q_TILE;             // [2][BLOCK_M][D]
+    T *ds_tile = do_tiles + 2 * Q_TILE;             // [BLOCK_N][BLOCK_M]: dS^T, for the atomic dQ
+    float *lse2_tiles = reinterpret_cast<float *>(ds_tile + BLOCK_N * BLOCK_M);   // [2][BLOCK_M]
+    float *delta_tiles = lse2_tiles + 2 * BLOCK_M;                                // [2][BLOCK_M]
+
+    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
+    q += b * q_strides.b + h * q_strides.h;
+    k += b * k_strides.b + h * k_strides.h;
+    v += b * v_strides.b + h * v_strides.h;
+    dout += b * do_strides.b + h * do_strides.h;
+    dq += b * dq_strides.b + h * dq_strides.h;
+    dk += b * dk_strides.b + h * dk_strides.h;
+    dv += b * dv_strides.b + h * dv_strides.h;
+    lse += bh * S_q;
+    delta += bh * S_q;
+    const float qk_scale = scale * LOG2E;
+
+    const int64_t k_start = (int64_t)blockIdx.x * BLOCK_N;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane / 4, t = lane % 4;
+    const int key0 = warp * WARP_ROWS;   // the warp's first key in the tile
+    // This lane's two keys: key_g (C elements 0 and 1 of every fragment) and key_g + 8 (elements 2 and 3).
+    const int64_t key_g = k_start + key0 + g;
+
+    // The K and V tiles stay in shared memory for the whole block; the warp reads its A fragments from them at each
+    // use (holding them in registers as well would spill at D = 128, beside the dK and dV accumulators).
+    load_tile_async<T, D, BLOCK_N>(k_tile, k, k_strides.s, k_start, S_k);
+    load_tile_async<T, D, BLOCK_N>(v_tile, v, v_strides.s, k_start, S_k);
+
+    // Causal: query row i sees key j only when j <= i: the Q tiles that end before this K/V tile starts are skipped.
+    // From the first tile that sees a key of this one on, every later tile does too (tile_end: where they stop).
+    const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M, first_q_tile = causal ? k_start / BLOCK_M : 0;
+    const int64_t tile_end =
+        first_q_tile < n_q_tiles &&
+                causal_tile_stage(causal, first_q_tile * BLOCK_M, k_start, BLOCK_M, BLOCK_N, S_q, S_k) != TILE_FUTURE
+            ? n_q_tiles
+            : first_q_tile;
+    // The first Q tile goes into buffer 0 with K and V, in one group of copies.
+    if (first_q_tile < tile_end) {
+        load_tile_async<T, D, BLOCK_M>(q_tiles, q, q_strides.s, first_q_tile * BLOCK_M, S_q);
+        load_tile_async<T, D, BLOCK_M>(do_tiles, dout, do_strides.s, first_q_tile * BLOCK_M, S_q);
+        load_row_stats<BLOCK_M>(lse2_tiles, delta_tiles, lse, delta, first_q_tile * BLOCK_M, S_q);
+    }
+    cp_async_commit();
+
+    float dk_acc[D_BLOCKS][4], dv_acc[D_BLOCKS][4];   // the warp's 16 keys x D, float32
+#pragma unroll
+    for (int db = 0; db < D_BLOCKS; db++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk_acc[db][e] = dv_acc[db][e] = 0.0f;
+
+    for (int64_t q_tile_index = first_q_tile, n = 0; q_tile_index < tile_end; q_tile_index++, n++) {
+        const int64_t q_start = q_tile_index * BLOCK_M;
+        const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        // Q tile n has landed (the only copies in flight), and every warp is done with tile n - 1 (and its dS^T),
+        // whose buffers the next copies overwrite: one barrier says both.
+        cp_async_wait_all();
+        __syncthreads();
+        // The pipeline: request Q tile n + 1 now; it arrives while tile n is computed.
+        if (q_tile_index + 1 < tile_end) {
+            const int next = (int)((n + 1) % 2);
+            load_tile_async<T, D, BLOCK_M>(q_tiles + next * Q_TILE, q, q_strides.s, q_start + BLOCK_M, S_q);
+            load_tile_async<T, D, BLOCK_M>(do_tiles + next * Q_TILE, dout, do_strides.s, q_start + BLOCK_M, S_q);
+            load_row_stats<BLOCK_M>(lse2_tiles + next * BLOCK_M, delta_tiles + next * BLOCK_M, lse, delta,
+                                    q_start + BLOCK_M, S_q);
+            cp_async_commit();
+        }
+        const T *q_tile = q_tiles + n % 2 * Q_TILE, *do_tile = do_tiles + n % 2 * Q_TILE;
+        const float *lse2_tile = lse2_tiles + n % 2 * BLOCK_M, *delta_tile = delta_tiles + n % 2 * BLOCK_M;
+
+        // S^T = K Q^T and dP^T = V dO^T: 16 keys x BLOCK_M queries each, st[qb] and dpt[qb] the accumulator
+        // fragments of queries 8qb .. 8qb + 7. The B operands are the Q and dO tiles read as they are stored.
+        float st[Q_BLOCKS][4], dpt[Q_BLOCKS][4];
+#pragma unroll
+        for (int qb = 0; qb < Q_BLOCKS; qb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[qb][e] = dpt[qb][e] = 0.0f;
+#pragma unroll
+        for (int ds = 0; ds < D_STEPS; ds++) {
+            uint32_t a[4];
+            load_a_rows<D>(a, k_tile, key0, ds);
+            mma_along_d<D, Q_BLOCKS>(st, a, q_tile, ds);
+            load_a_rows<D>(a, v_tile, key0, ds);
+            mma_along_d<D, Q_BLOCKS>(dpt, a, do_tile, ds);
+        }
+
+        // P^T = exp(scale S^T - LSE) from the forward's log-sum-exp, in float32, and dS^T = P^T (dP^T - Delta).
+        // Element e of fragment qb is key key_g + 8 (e / 2), query q_start + 8qb + 2t + e % 2. P is 0 where the key
+        // is not there (past S_k), the query is not there (past S_q), or (diagonal tiles) the key comes after it.
+#pragma unroll
+        for (int qb = 0; qb < Q_BLOCKS; qb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = qb * MMA_N + 2 * t + e % 2;
+                const int64_t key = key_g + 8 * (e / 2), row = q_start + i;
+                const int visible = key < S_k && row < S_q && !(stage == TILE_DIAGONAL && key > row);
+                const float p = visible ? exp2f(fmaf(st[qb][e], qk_scale, -lse2_tile[i])) : 0.0f;
+                st[qb][e] = p;
+                dpt[qb][e] = p * (dpt[qb][e] - delta_tile[i]);
+            }
+
+        // dV += P^T dO and dK += dS^T Q: the A operands are P^T and dS^T rounded to T in registers (keys 16 of the
+        // warp x queries 16qs .. 16qs + 15: fragments 2qs and 2qs + 1); B is dO or Q read with ldmatrix.trans.
+#pragma unroll
+        for (int qs = 0; qs < Q_STEPS; qs++) {
+            const uint32_t p_frag[4] = {pack_pair(st[2 * qs][0], st[2 * qs][1], T()),
+                                        pack_pair(st[2 * qs][2], st[2 * qs][3], T()),
+                                        pack_pair(st[2 * qs + 1][0], st[2 * qs + 1][1], T()),
+                                        pack_pair(st[2 * qs + 1][2], st[2 * qs + 1][3], T())};
+            const uint32_t ds_frag[4] = {pack_pair(dpt[2 * qs][0], dpt[2 * qs][1], T()),
+                                         pack_pair(dpt[2 * qs][2], dpt[2 * qs][3], T()),
+                                         pack_pair(dpt[2 * qs + 1][0], dpt[2 * qs + 1][1], T()),
+                                         pack_pair(dpt[2 * qs + 1][2], dpt[2 * qs + 1][3], T())};
+            mma_along_rows<D>(dv_acc, p_frag, do_tile, qs);
+            mma_along_rows<D>(dk_acc, ds_frag, q_tile, qs);
+            if (atomic_dq) {
+                // dS^T, rounded as dK used it, to shared memory: register r of ds_frag is rows g (r even) or g + 8
+                // (r odd) of the warp's keys, queries 16qs + 2t, +1 (r < 2) or 16qs + 8 + 2t, +1 (r >= 2).
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int key = key0 + g + 8 * (r % 2), i = qs * MMA_K + 8 * (r / 2) + 2 * t;
+                    *reinterpret_cast<uint32_t *>(ds_tile + swizzle<BLOCK_M>(key, i / CHUNK) + i % CHUNK) = ds_frag[r];
+                }
+            }
+        }
+
+        if (atomic_dq) {
+            __syncthreads();   // dS^T of all four warps is in shared memory
+            // dQ += scale dS K for the Q tile, in 16 x 16 pieces (16 queries, 16 dims) shared out over the warps.
+            // A = dS, queries 16mb.. x keys 16ks..: ldmatrix.trans of dS^T [key][query]; lanes 8i .. 8i + 7 point at
+            // keys 16ks + 8 (i / 2) + 0..7, queries 16mb + 8 (i % 2): matrix i is then a[i] as drawn above.
+            // B = K rows 16ks .. 16ks + 15, read with ldmatrix.trans (mma_along_rows, two 8-dim blocks).
+            for (int unit = warp; unit < DQ_UNITS; unit += WARPS) {
+                const int mb = unit / (D / MMA_K), dpair = unit % (D / MMA_K);
+                float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                for (int ks = 0; ks < K_STEPS; ks++) {
+                    uint32_t a[4], bk[4];
+                    ldmatrix_x4_trans(a, ds_tile + swizzle<BLOCK_M>(ks * MMA_K + lane / 16 * 8 + lane % 8,
+                                                                    mb * 2 + lane / 8 % 2));
+                    ldmatrix_x4_trans(bk, k_tile + swizzle<D>(ks * MMA_K + lane % 8 + lane / 8 % 2 * 8,
+                                                              dpair * 2 + lane / 16));
+                    mma_m16n8k16(acc[0], a, bk[0], bk[1], T());
+                    mma_m16n8k16(acc[1], a, bk[2], bk[3], T());
+                }
+                // Other blocks add into the same rows of dQ from their K/V tiles at the same time: atomic adds,
+                // race-free but in an order that changes from run to run (and with it the last bits of dQ).
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t row = q_start + mb * WARP_ROWS + g + 8 * (e / 2);
+                        if (row < S_q)
+                            atomicAdd(dq + row * dq_strides.s + dpair * MMA_K + j * MMA_N + 2 * t + e % 2,
+                                      scale * acc[j][e]);
+                    }
+            }
+        }
+    }
+
+    cp_async_wait_all();   // a block that saw no Q tile still has its K and V copies to wait for
+
+    // Each dK_j and dV_j is written once, by the one block that owns its K/V tile; dK takes the scale here.
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t key = key_g + 8 * r;
+        if (key >= S_k) continue;
+#pragma unroll
+        for (int db = 0; db < D_BLOCKS; db++) {
+            *reinterpret_cast<float2 *>(dk + key * dk_strides.s + db * MMA_N + 2 * t) =
+                make_float2(scale * dk_acc[db][2 * r], scale * dk_acc[db][2 * r + 1]);
+            *reinterpret_cast<float2 *>(dv + key * dv_strides.s + db * MMA_N + 2 * t) =
+                make_float2(dv_acc[db][2 * r], dv_acc[db][2 * r + 1]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
+// launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
+// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
+template <typename T, int D, int BLOCK_M, int BLOCK_N>
+__global__ void __launch_bounds__(THREADS)
+backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
+                   const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
+                   const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
+                   fa_strides dq_strides, int64_t S_q, int64_t S_k, int64_t H, int64_t bh_first, float scale,
+                   int causal) {
+    static_assert(BLOCK_M == WARPS * WARP_ROWS, "one warp per 16 queries");
+    constexpr int D_STEPS = D / MMA_K;
+    constexpr int D_BLOCKS = D / MMA_N;
+    constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S, dP
+    constexpr int KEY_STEPS = BLOCK_N / MMA_K;    // mma steps along the keys (dQ)
+    constexpr int KV_TILE = BLOCK_N * D;          // halves in one K (or V) buffer
+    extern __shared__ uint4 smem[];
+    T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
+    T *do_tile = q_tile + BLOCK_M * D;            // [BLOCK_M][D]
+    T *k_tiles = do_tile + BLOCK_M * D;           // [2][BLOCK_N][D]
+    T *v_tiles = k_tiles + 2 * KV_TILE;           // [2][BLOCK_N][D]
+
+    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
+    q += b * q_strides.b + h * q_strides.h;
+    k += b * k_strides.b + h * k_strides.h;
+    v += b * v_strides.b + h * v_strides.h;
+    dout += b * do_strides.b + h * do_strides.h;
+    dq += b * dq_strides.b + h * dq_strides.h;
+    lse += bh * S_q;
+    delta += bh * S_q;
+    const float qk_scale = scale * LOG2E;
+
+    // Causal: the last Q tiles see the most keys, and the first blocks launched get them.
+    const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane / 4, t = lane % 4;
+    const int row0 = warp * WARP_ROWS;
+    const int64_t row_g = q_start + row0 + g;   // this lane's rows: row_g (elements 0, 1) and row_g + 8 (2, 3)
+    float lse2[2], delta_r[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t row = row_g + 8 * r;
+        lse2[r] = row < S_q ? lse[row] * LOG2E : 0.0f;
+        delta_r[r] = row < S_q ? delta[row] : 0.0f;
+    }
+
+    // Q, dO and K/V tile 0 in one group of copies. Tile 0 always exists and is never in the future (row q_start sees
+    // key 0).
+    load_tile_async<T, D, BLOCK_M>(q_tile, q, q_strides.s, q_start, S_q);
+    load_tile_async<T, D, BLOCK_M>(do_tile, dout, do_strides.s, q_start, S_q);
+    load_tile_async<T, D, BLOCK_N>(k_tiles, k, k_strides.s, 0, S_k);
+    load_tile_async<T, D, BLOCK_N>(v_tiles, v, v_strides.s, 0, S_k);
+    cp_async_commit();
+
+    float dq_acc[D_BLOCKS][4];
+#pragma unroll
+    for (int db = 0; db < D_BLOCKS; db++) dq_acc[db][0] = dq_acc[db][1] = dq_acc[db][2] = dq_acc[db][3] = 0.0f;
+
+    for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
+        const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        if (stage == TILE_FUTURE) break;   // no copy is in flight: tile n was requested only if it is needed
+        // K/V tile n has landed, and every warp is done with tile n - 1, whose buffers the next copies overwrite.
+        cp_async_wait_all();
+        __syncthreads();
+        // The pipeline: request tile n + 1 now, when it is needed at all; it arrives while tile n is computed.
+        const int64_t k_next = k_start + BLOCK_N;
+        if (k_next < S_k && causal_tile_stage(causal, q_start, k_next, BLOCK_M, BLOCK_N, S_q, S_k) != TILE_FUTURE) {
+            const int next = (int)((n + 1) % 2);
+            load_tile_async<T, D, BLOCK_N>(k_tiles + next * KV_TILE, k, k_strides.s, k_next, S_k);
+            load_tile_async<T, D, BLOCK_N>(v_tiles + next * KV_TILE, v, v_strides.s, k_next, S_k);
+            cp_async_commit();
+        }
+        const T *k_tile = k_tiles + n % 2 * KV_TILE, *v_tile = v_tiles + n % 2 * KV_TILE;
+
+        // S = Q K^T and dP = dO V^T, 16 queries x BLOCK_N keys: the A operands are the warp's Q and dO rows, the B
+        // operands the K and V tiles read as they are stored.
+        float s[KEY_BLOCKS][4], dp[KEY_BLOCKS][4];
+#pragma unroll
+        for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[kb][e] = dp[kb][e] = 0.0f;
+#pragma unroll
+        for (int ds = 0; ds < D_STEPS; ds++) {
+            uint32_t a[4];
+            load_a_rows<D>(a, q_tile, row0, ds);
+            mma_along_d<D, KEY_BLOCKS>(s, a, k_tile, ds);
+            load_a_rows<D>(a, do_tile, row0, ds);
+            mma_along_d<D, KEY_BLOCKS>(dp, a, v_tile, ds);
+        }
+
+        // P and dS, as in the dK/dV pass; element e of fragment kb is row row_g + 8 (e / 2), key k_start + 8kb + 2t
+        // + e % 2.
+#pragma unroll
+        for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = row_g + 8 * (e / 2), key = k_start + kb * MMA_N + 2 * t + e % 2;
+                const int visible = key < S_k && row < S_q && !(stage == TILE_DIAGONAL && key > row);
+                const float p = visible ? exp2f(fmaf(s[kb][e], qk_scale, -lse2[e / 2])) : 0.0f;
+                dp[kb][e] = p * (dp[kb][e] - delta_r[e / 2]);
+            }
+
+        // dQ += dS K: dS, rounded to T in registers, is the A operand (fragments 2ks, 2ks + 1); K by ldmatrix.trans.
+#pragma unroll
+        for (int ks = 0; ks < KEY_STEPS; ks++) {
+            const uint32_t ds_frag[4] = {pack_pair(dp[2 * ks][0], dp[2 * ks][1], T()),
+                                         pack_pair(dp[2 * ks][2], dp[2 * ks][3], T()),
+                                         pack_pair(dp[2 * ks + 1][0], dp[2 * ks + 1][1], T()),
+                                         pack_pair(dp[2 * ks + 1][2], dp[2 * ks + 1][3], T())};
+            mma_along_rows<D>(dq_acc, ds_frag, k_tile, ks);
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t row = row_g + 8 * r;
+        if (row >= S_q) continue;
+#pragma unroll
+        for (int db = 0; db < D_BLOCKS; db++)
+            *reinterpret_cast<float2 *>(dq + row * dq_strides.s + db * MMA_N + 2 * t) =
+                make_float2(scale * dq_acc[db][2 * r], scale * dq_acc[db][2 * r + 1]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The kernels read half rows 16 bytes at a time and read and write float32 rows as float2s (the preprocess reads O
+// by elements): each row must start on that many bytes, with its D elements next to each other.
+static void check_rows(const char *name, const void *x, fa_strides strides, int element_bytes, int row_align) {
+    const int64_t per = row_align / element_bytes;
+    const int aligned = ((uintptr_t)x % row_align == 0) && strides.b % per == 0 && strides.h % per == 0 &&
+                        strides.s % per == 0;
+    if (strides.d != 1 || !aligned)
+        fa_die("the tensor-core backward needs %s with stride d = 1, the other strides multiples of %lld and a "
+               "%d-byte aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)per, row_align,
+               (long long)strides.b, (long long)strides.h, (long long)strides.s, (long long)strides.d);
+}
+
+template <typename T, int D, int BLOCK_M, int BLOCK_N>
+static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors *t) {
+    const int64_t BH = shape->B * shape->H, S_q = shape->Sq, S_k = shape->Sk;
+    const int atomic_dq = dq_mode == FA_DQ_ATOMIC;
+    const T *q = static_cast<const T *>(t->q), *k = static_cast<const T *>(t->k), *v = static_cast<const T *>(t->v);
+    const T *dout = static_cast<const T *>(t->dout);
+    auto dkdv = backward_dkdv_kernel<T, D, BLOCK_M, BLOCK_N>;
+    auto dq = backward_dq_kernel<T, D, BLOCK_M, BLOCK_N>;
+    // Both pass the 48 KiB a kernel gets without asking at D = 128, so each asks for what it uses.
+    const int dkdv_smem = (int)flash_backward_tc_cuda_smem_bytes(D, BLOCK_M, BLOCK_N);
+    const int dq_smem = (2 * BLOCK_M + 4 * BLOCK_N) * D * (int)sizeof(T);
+    FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem));
+    FA_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem));
+    const unsigned int q_tiles = (unsigned int)((S_q + BLOCK_M - 1) / BLOCK_M);
+    const unsigned int kv_tiles = (unsigned int)((S_k + BLOCK_N - 1) / BLOCK_N);
+    const unsigned int row_blocks = (unsigned int)((S_q + WARPS - 1) / WARPS);
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
+        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
+        backward_preprocess_kernel<T, D><<<dim3(row_blocks, heads), THREADS>>>(
+            t->o, t->o_strides, dout, t->do_strides, t->delta, t->dq, t->dq_strides, S_q, shape->H, bh_first,
+            atomic_dq);
+        FA_CUDA_CHECK_LAUNCH();
+        dkdv<<<dim3(kv_tiles, heads), THREADS, dkdv_smem>>>(
+            q, t->q_strides, k, t->k_strides, v, t->v_strides, dout, t->do_strides, t->lse, t->delta, t->dq,
+            t->dq_strides, t->dk, t->dk_strides, t->dv, t->dv_strides, S_q, S_k, shape->H, bh_first, shape->scale,
+            shape->causal, atomic_dq);
+        FA_CUDA_CHECK_LAUNCH();
+        if (!atomic_dq) {
+            dq<<<dim3(q_tiles, heads), THREADS, dq_smem>>>(q, t->q_strides, k, t->k_strides, v, t->v_strides, dout,
+                                                           t->do_strides, t->lse, t->delta, t->dq, t->dq_strides, S_q,
+                                                           S_k, shape->H, bh_first, shape->scale, shape->causal);
+            FA_CUDA_CHECK_LAUNCH();
+        }
+    }
+}
+
+template <typename T>
+static void launch_head_dim(const fa_shape *shape, int dq_mode, const tc_backward_tensors *t) {
+    switch (shape->D) {
+    case 64: launch<T, 64, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N>(shape, dq_mode, t); break;
+    case 128: launch<T, 128, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N>(shape, dq_mode, t); break;
+    default: fa_die("the tensor-core backward supports D in {64, 128}, not %lld", (long long)shape->D);
+    }
+}
+
+extern "C" void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                       const tc_backward_tensors *t) {
+    if (!tc_backward_cuda_supports_tiles(block_m, block_n))
+        fa_die("the tensor-core backward is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
+               TC_BACKWARD_CUDA_TILES_TEXT, block_m, block_n);
+    if (dq_mode != FA_DQ_DETERMINISTIC && dq_mode != FA_DQ_ATOMIC)
+        fa_die("the tensor-core backward runs one dQ variant at a time (deterministic or atomic)");
+    check_rows("Q", t->q, t->q_strides, 2, 16);
+    check_rows("K", t->k, t->k_strides, 2, 16);
+    check_rows("V", t->v, t->v_strides, 2, 16);
+    check_rows("dO", t->dout, t->do_strides, 2, 16);
+    check_rows("O", t->o, t->o_strides, 4, 4);
+    check_rows("dQ", t->dq, t->dq_strides, 4, 8);
+    check_rows("dK", t->dk, t->dk_strides, 4, 8);
+    check_rows("dV", t->dv, t->dv_strides, 4, 8);
+    if (dtype == FA_DTYPE_FP16)
+        launch_head_dim<__half>(shape, dq_mode, t);
+    else if (dtype == FA_DTYPE_BF16)
+        launch_head_dim<__nv_bfloat16>(shape, dq_mode, t);
+    else
+        fa_die("the tensor-core backward takes fp16 or bf16 inputs, not %s", fa_dtype_name(dtype));
+}

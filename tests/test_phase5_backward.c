@@ -1,0 +1,225 @@
+// test_phase5_backward.c - phase 5 step 4, the backward on tensor cores: the half-precision rule for gradients, and
+// the deterministic dQ's bits.
+//
+// Usage: test_phase5_backward cpu|cuda
+//   cpu:  for fp16 and bf16, causal and not, Sq=130 Sk=100 (ragged tiles), D = 64 and 128: the CPU twin passes the
+//         rule (common/fa_driver.c, fa_make_half_backward_rule) in both dQ variants; the deterministic variant gives
+//         the same bits with 1 and 2 threads; one element moved just past the rule fails it; and a backward fed a
+//         log-sum-exp off by 0.02 (P off by 2%) fails it, so the rule is no wider than the arithmetic needs.
+//   cuda: the same problems on the GPU: both variants pass the rule, two deterministic runs give the same bits.
+//         Exits 77 (skipped) without a GPU or without the sm_80+ kernels.
+// O and LSE come from the step 3 forward on the same device, as in the driver.
+#include "fa_driver.h"
+#include "fa_gpu.h"
+#include "fa_half.h"
+#include "fa_tensor.h"
+#include "fa_test_device.h"
+#include "tc_backward.h"
+#include "tensor_cores.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+#define EXPECT(cond, ...)                                                            \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: FAILED: ", __FILE__, __LINE__);                  \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+static const fa_cli_spec SPEC = {.program = "test_phase5_backward", .summary = "",
+                                 .defaults = {1, 1, 1, 1, 1, 0, 0.0f}, .default_block_m = 64,
+                                 .default_block_n = 64, .has_dtype = 1};
+
+// One problem: the rounded inputs (float and half), the oracle with gradients, and the rule.
+typedef struct {
+    fa_options opt;
+    fa_report report;
+    fa_inputs in;
+    fa_reference ref;
+    fa_half_inputs half;
+    fa_half_rule rule;
+    fa_strides qs, ks;
+} problem;
+
+static void make_problem(problem *p, const char *dtype, const char *D, int causal) {
+    char *argv[] = {"test_phase5_backward", "--dtype", (char *)dtype, "--B", "2", "--H", "2", "--Sq", "130", "--Sk",
+                    "100", "--D", (char *)D, "--causal", NULL};
+    fa_parse_options(causal ? 14 : 13, argv, &SPEC, &p->opt);
+    fa_report_init(&p->report, SPEC.program, &p->opt);
+    fa_make_inputs(&p->opt, 1, &p->in);
+    fa_make_reference(&p->opt, &p->in, 1, &p->ref);
+    fa_make_half_backward_rule(&p->report, &p->opt, &p->in, &p->ref, &p->rule);
+    // The reference's own rows pass their bound, and the rule is 3 x their error plus the float32 tolerance.
+    EXPECT(p->report.n_checks == 3 && p->report.checks[0].pass && p->report.checks[1].pass &&
+           p->report.checks[2].pass, "the half reference backward fails its own bound");
+    EXPECT(p->rule.ref_err_dq > 0.0 && p->rule.tol_dq > 3.0 * p->rule.ref_err_dq, "the rule for dQ is not set");
+    fa_make_half_inputs(&p->opt, &p->in, &p->half);
+    p->qs = fa_strides_contiguous(p->opt.shape.H, p->opt.shape.Sq, p->opt.shape.D);
+    p->ks = fa_strides_contiguous(p->opt.shape.H, p->opt.shape.Sk, p->opt.shape.D);
+}
+
+static void free_problem(problem *p) {
+    fa_free_half_inputs(&p->half);
+    fa_free_reference(&p->ref);
+    fa_free_inputs(&p->in);
+}
+
+typedef struct {
+    float *dq, *dk, *dv;
+} grads;
+
+static grads grads_alloc(const fa_shape *s) {
+    grads g = {fa_alloc_floats(fa_numel_q(s), "dQ"), fa_alloc_floats(fa_numel_kv(s), "dK"),
+               fa_alloc_floats(fa_numel_kv(s), "dV")};
+    fa_poison(g.dq, fa_numel_q(s)), fa_poison(g.dk, fa_numel_kv(s)), fa_poison(g.dv, fa_numel_kv(s));
+    return g;
+}
+static void grads_free(grads *g) { free(g->dq), free(g->dk), free(g->dv); }
+
+// Checks dQ, dK, dV by the rule; returns 1 when all three pass. `quiet` leaves the lines out (planted failures).
+static int passes_rule(const problem *p, const grads *g, const char *what, int quiet) {
+    const fa_shape *s = &p->opt.shape;
+    int64_t dims_q[4], dims_kv[4];
+    fa_dims_q(s, dims_q);
+    fa_dims_kv(s, dims_kv);
+    const fa_check c[3] = {
+        fa_verify_results_scaled(what, "dQ", g->dq, p->ref.dq, dims_q, p->ref.heads, p->rule.tol_dq, p->ref.scale.dq),
+        fa_verify_results_scaled(what, "dK", g->dk, p->ref.dk, dims_kv, p->ref.heads, p->rule.tol_dk, p->ref.scale.dk),
+        fa_verify_results_scaled(what, "dV", g->dv, p->ref.dv, dims_kv, p->ref.heads, p->rule.tol_dv,
+                                 p->ref.scale.dv)};
+    if (!quiet)
+        printf("  %-40s dQ %.2e (tol %.2e)  dK %.2e (tol %.2e)  dV %.2e (tol %.2e)\n", what, c[0].rel_err,
+               p->rule.tol_dq, c[1].rel_err, p->rule.tol_dk, c[2].rel_err, p->rule.tol_dv);
+    return c[0].pass && c[1].pass && c[2].pass;
+}
+
+static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
+static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
+    EXPECT(same_bits(a->dq, b->dq, fa_numel_q(s)), "%s: dQ differs", what);
+    EXPECT(same_bits(a->dk, b->dk, fa_numel_kv(s)), "%s: dK differs", what);
+    EXPECT(same_bits(a->dv, b->dv, fa_numel_kv(s)), "%s: dV differs", what);
+}
+
+static tc_backward_tensors tensors(const problem *p, const void *q, const void *k, const void *v, const void *dout,
+                                   const float *o, const float *lse, float *delta, const grads *g) {
+    tc_backward_tensors t = {q, k, v, o, lse, dout, p->qs, p->ks, p->ks, p->qs, p->qs, delta,
+                             g->dq, g->dk, g->dv, p->qs, p->ks, p->ks};
+    return t;
+}
+
+static void test_cpu_case(const char *dtype, const char *D, int causal) {
+    problem p;
+    make_problem(&p, dtype, D, causal);
+    const fa_shape *s = &p.opt.shape;
+    printf("cpu %s D=%s%s\n", dtype, D, causal ? " causal" : "");
+    float *o = fa_alloc_floats(fa_numel_q(s), "O"), *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
+    float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
+    flash_forward_pipeline_cpu(s, p.opt.dtype, 128, 64, p.half.q, p.qs, p.half.k, p.ks, p.half.v, p.ks, o, p.qs, lse,
+                               NULL);
+    grads det1 = grads_alloc(s), det2 = grads_alloc(s), atomic = grads_alloc(s);
+    tc_backward_tensors t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &det1);
+    omp_set_num_threads(1);
+    flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
+    t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &det2);
+    omp_set_num_threads(2);
+    flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
+    t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &atomic);
+    flash_backward_tc_cpu(s, p.opt.dtype, 32, 48, FA_DQ_ATOMIC, &t);   // other tiles: the CPU takes any
+
+    EXPECT(passes_rule(&p, &det1, "deterministic, 1 thread", 0), "%s D=%s: deterministic fails the rule", dtype, D);
+    EXPECT(passes_rule(&p, &atomic, "atomic, 2 threads, tiles 32x48", 0), "%s D=%s: atomic fails the rule", dtype, D);
+    expect_same_bits(s, &det1, &det2, "deterministic, 1 vs 2 threads");
+
+    // One element of dK moved by 1.01 x the allowed error fails the rule.
+    const int64_t at = fa_numel_kv(s) - 3;
+    const float saved = det1.dk[at];
+    det1.dk[at] = (float)(p.ref.dk[at] + (p.ref.dk[at] > 0 ? -1.01 : 1.01) * p.rule.tol_dk * p.ref.scale.dk);
+    EXPECT(!passes_rule(&p, &det1, "planted", 1), "%s D=%s: a planted dK element passes", dtype, D);
+    det1.dk[at] = saved;
+
+    // A log-sum-exp 0.02 too large makes every P 2% too small: the gradients must fail.
+    for (int64_t i = 0; i < fa_numel_lse(s); i++) lse[i] += 0.02f;
+    grads off = grads_alloc(s);
+    t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &off);
+    flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
+    EXPECT(!passes_rule(&p, &off, "LSE + 0.02", 0), "%s D=%s: a backward with P 2%% off passes", dtype, D);
+
+    grads_free(&det1), grads_free(&det2), grads_free(&atomic), grads_free(&off);
+    free(o), free(lse), free(delta);
+    free_problem(&p);
+}
+
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+static void test_cuda_case(const char *dtype, const char *D, int causal) {
+    problem p;
+    make_problem(&p, dtype, D, causal);
+    const fa_shape *s = &p.opt.shape;
+    printf("cuda %s D=%s%s\n", dtype, D, causal ? " causal" : "");
+    fa_device_half_inputs dev;
+    fa_upload_half_inputs(&p.opt, &p.half, &dev);
+    float *o = fa_gpu_alloc(fa_numel_q(s), "O"), *lse = fa_gpu_alloc(fa_numel_lse(s), "LSE");
+    float *delta = fa_gpu_alloc(fa_numel_lse(s), "Delta");
+    grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
+                    fa_gpu_alloc(fa_numel_kv(s), "dV")};
+    flash_forward_pipeline_cuda(s, p.opt.dtype, 128, 64, dev.q, p.qs, dev.k, p.ks, dev.v, p.ks, o, p.qs, lse);
+    const tc_backward_tensors t = tensors(&p, dev.q, dev.k, dev.v, dev.dout, o, lse, delta, &device);
+    const int modes[3] = {FA_DQ_DETERMINISTIC, FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
+    grads runs[3];
+    for (int r = 0; r < 3; r++) {
+        fa_gpu_poison(device.dq, fa_numel_q(s));
+        fa_gpu_poison(device.dk, fa_numel_kv(s));
+        fa_gpu_poison(device.dv, fa_numel_kv(s));
+        flash_backward_tc_cuda(s, p.opt.dtype, 64, 64, modes[r], &t);
+        fa_gpu_synchronize("the tensor-core backward");
+        runs[r] = grads_alloc(s);
+        fa_gpu_download(runs[r].dq, device.dq, fa_numel_q(s));
+        fa_gpu_download(runs[r].dk, device.dk, fa_numel_kv(s));
+        fa_gpu_download(runs[r].dv, device.dv, fa_numel_kv(s));
+    }
+    EXPECT(passes_rule(&p, &runs[0], "deterministic", 0), "%s D=%s: deterministic fails the rule", dtype, D);
+    EXPECT(passes_rule(&p, &runs[2], "atomic", 0), "%s D=%s: atomic fails the rule", dtype, D);
+    expect_same_bits(s, &runs[0], &runs[1], "deterministic, run 1 vs run 2");
+    for (int r = 0; r < 3; r++) grads_free(&runs[r]);
+    fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);
+    fa_gpu_free(o), fa_gpu_free(lse), fa_gpu_free(delta);
+    fa_free_device_half_inputs(&dev);
+    free_problem(&p);
+}
+#endif
+
+int main(int argc, char **argv) {
+    const int gpu = fa_test_wants_gpu(argc, argv);
+    const char *dtypes[2] = {"fp16", "bf16"}, *dims[2] = {"64", "128"};
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+    if (gpu) {
+        char why[256];
+        if (tc_cuda_check_device(why, sizeof why) != 0) {
+            printf("skipped: %s\n", why);
+            return FA_EXIT_SKIP;
+        }
+    }
+#else
+    if (gpu) {
+        printf("skipped: this build has no tensor-core kernels (no architecture sm_80 or newer)\n");
+        return FA_EXIT_SKIP;
+    }
+#endif
+    for (int d = 0; d < 2; d++)
+        for (int dim = 0; dim < 2; dim++)
+            for (int causal = 0; causal < 2; causal++) {
+                if (!gpu) test_cpu_case(dtypes[d], dims[dim], causal);
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
+                else test_cuda_case(dtypes[d], dims[dim], causal);
+#endif
+            }
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    else printf("all passed\n");
+    return failures ? 1 : 0;
+}
