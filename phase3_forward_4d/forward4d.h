@@ -77,7 +77,7 @@ static inline int flash4d_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 64 && (block_n == 32 || block_n == 64)) || (block_m == 128 && block_n == 64);
 }
 
-// --- The grid of the kernels of phases 3 and 4 (and of phase 5's steps 2 and 3) ------------------------------------
+// --- The grid of the kernels of phases 3 and 4 (and of phase 5's steps 2, 3 and 4) --------------------------------
 // blockIdx.x is the tile (a Q tile in the forward and the dQ pass, a K tile in the dK/dV pass) and blockIdx.y the
 // head, bh = b * H + h. gridDim.y is at most 65,535 (a hardware limit), and B * H may be more: the launcher then
 // launches the kernel once for every MAX_GRID_Y heads, passing the first head of the launch (bh_first), and the

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
-#define LOG2E 1.4426950408889634f
 // The inner loops work on VEC floats at a time; tiles are padded with zeros to a multiple of VEC (2_mma_cpu.c).
 #define VEC 16
 

@@ -40,8 +40,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define LOG2E 1.4426950408889634f   // P = exp(scale s - LSE) = exp2(s * scale * LOG2E - LSE * LOG2E): one FMA, one exp2
-#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
+// P = exp(scale s - LSE) = exp2(s * scale * LOG2E - LSE * LOG2E): one FMA, one exp2 (LOG2E: common/fa_math.h)
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 #define WARP_ROWS 16   // rows per warp: the M of mma.m16n8k16 (16 keys in the dK/dV pass, 16 queries in the dQ pass)
@@ -578,7 +577,7 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
     const unsigned int kv_tiles = (unsigned int)((S_k + BLOCK_N - 1) / BLOCK_N);
     const unsigned int row_blocks = (unsigned int)((S_q + WARPS - 1) / WARPS);
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
-        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
+        const unsigned int heads = heads_in_launch(BH, bh_first);   // forward4d.h: the grid limit
         backward_preprocess_kernel<T, D><<<dim3(row_blocks, heads), THREADS>>>(
             t->o, t->o_strides, dout, t->do_strides, t->delta, t->dq, t->dq_strides, S_q, shape->H, bh_first,
             atomic_dq);
