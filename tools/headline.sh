@@ -62,10 +62,13 @@ for dtype in fp16 bf16; do
     done
 done
 
-# PyTorch at the same shape: its float32 memory-efficient kernel, and FlashAttention-2 and cuDNN in fp16 and bf16.
+# PyTorch: the ceilings (a float32 matmul, a device copy), then at the same shape its float32 math (S materialised)
+# and memory-efficient kernels, and FlashAttention-2 and cuDNN in fp16 and bf16.
 if [[ " $PHASES " == *" pytorch "* ]]; then
     csv=$(mktemp)
-    args="--B 4 --H 16 --S 4096 --D 64 128 --backends efficient flash cudnn --dtypes fp32 fp16 bf16"
+    echo; echo "\$ pytorch_compare.py --ceilings"
+    python3 "$(dirname "$0")/pytorch_compare.py" --ceilings 2>&1
+    args="--B 4 --H 16 --S 4096 --D 64 128 --backends math efficient flash cudnn --dtypes fp32 fp16 bf16"
     args+=" --passes forward backward --iters 10"
     echo; echo "\$ pytorch_compare.py --csv CSV $args"
     python3 "$(dirname "$0")/pytorch_compare.py" --csv "$csv" $args 2>&1

@@ -25,6 +25,12 @@ Check (PyTorch on the CPU in float64, or --reference numpy without PyTorch):
   do: dq, dk, dv), takes --causal and --scale from run1/command.txt, recomputes them in float64 and compares every
   head with the tolerance the binary checked that tensor with (run1/checks.csv, written beside the outputs).
 
+Ceilings (needs PyTorch and a CUDA GPU):
+    python3 tools/pytorch_compare.py --ceilings
+  what the GPU's float32 units and memory reach outside attention, the numbers a float32 kernel is compared with: a
+  float32 matrix product of 8192^3 (torch.matmul, which calls cuBLAS, TF32 off) in TFLOP/s, and a device-to-device
+  copy of 4 GiB in TB/s (bytes read plus bytes written); medians of --iters runs after --warmup.
+
 Exit status: 0 done and every check passed; 1 a check failed; 2 bad input (one "error:" line); 77 PyTorch is not
 installed, or timing was asked for without a CUDA GPU (the test suite reports 77 as skipped).
 """
@@ -236,6 +242,30 @@ def run_timing(args):
     return 0
 
 
+def run_ceilings(args):
+    torch, _ = import_torch()
+    if torch is None:
+        skip("PyTorch is not installed (python3 -m pip install torch): no ceilings")
+    if not torch.cuda.is_available():
+        skip("PyTorch finds no CUDA GPU: the ceilings need one")
+    set_full_fp32(torch)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"GPU: {torch.cuda.get_device_name(0)}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs; "
+          f"torch-{torch.__version__}")
+    n = 8192
+    a, b = (torch.rand(n, n, device="cuda") for _ in range(2))
+    c = torch.empty(n, n, device="cuda")
+    median, _ = time_cuda(torch, lambda: torch.matmul(a, b, out=c), lambda: None, args.warmup, args.iters)
+    print(f"float32 matmul {n}^3 (cuBLAS, TF32 off): {2.0 * n ** 3 / (median * 1e9):.1f} TFLOP/s ({median:.3f} ms)")
+    del a, b, c
+    src = torch.empty(1 << 30, device="cuda")   # 4 GiB of float32
+    dst = torch.empty_like(src)
+    median, _ = time_cuda(torch, lambda: dst.copy_(src), lambda: None, args.warmup, args.iters)
+    print(f"device-to-device copy of 4 GiB: {2.0 * src.numel() * 4 / (median * 1e9):.2f} TB/s, read + written "
+          f"({median:.3f} ms)")
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Checking a --save-dir against a float64 reference
 
@@ -394,6 +424,7 @@ def main(argv):
     p.add_argument("--reference", choices=("torch", "numpy"), default="torch",
                    help="what computes the float64 reference for --check (default torch)")
     p.add_argument("--csv", help="timing: append rows here")
+    p.add_argument("--ceilings", action="store_true", help="time a float32 matmul and a device copy, and stop")
     p.add_argument("--B", type=int, default=1)
     p.add_argument("--H", type=int, default=4)
     p.add_argument("--S", type=int, nargs="+", default=[1024, 4096])
@@ -413,6 +444,8 @@ def main(argv):
         sys.exit(0 if e.code == 0 else 2)
     if args.check:
         return run_check(args)
+    if args.ceilings:
+        return run_ceilings(args)
     if not args.csv:
         die("nothing to do: give --csv FILE (timing) or --check DIR")
     if min([args.B, args.H, args.iters, *args.S, *args.D]) < 1 or args.warmup < 0:
