@@ -10,6 +10,7 @@
 #include "backward.h"
 #include "fa_gpu.h"
 #include "fa_test_device.h"
+#include "fa_test_grads.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
@@ -71,26 +72,9 @@ static void free_problem(problem *p) {
     free(p->dq), free(p->dk), free(p->dv);
 }
 
-// Gradients of one run, host side.
-typedef struct {
-    float *dq, *dk, *dv;
-} grads;
-
-static grads grads_alloc(const fa_shape *s) {
-    grads g = {fa_alloc_floats(fa_numel_q(s), "dQ"), fa_alloc_floats(fa_numel_kv(s), "dK"),
-               fa_alloc_floats(fa_numel_kv(s), "dV")};
-    fa_poison(g.dq, fa_numel_q(s)), fa_poison(g.dk, fa_numel_kv(s)), fa_poison(g.dv, fa_numel_kv(s));
-    return g;
-}
-
-static void grads_free(grads *g) { free(g->dq), free(g->dk), free(g->dv); }
-
-static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
-
 static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
-    EXPECT(same_bits(a->dq, b->dq, fa_numel_q(s)), "%s: dQ differs", what);
-    EXPECT(same_bits(a->dk, b->dk, fa_numel_kv(s)), "%s: dK differs", what);
-    EXPECT(same_bits(a->dv, b->dv, fa_numel_kv(s)), "%s: dV differs", what);
+    const char *differs = grads_first_difference(s, a, b);
+    EXPECT(differs == NULL, "%s: %s differs", what, differs);
 }
 
 static void expect_matches_oracle(const problem *p, const grads *g, const char *what) {
@@ -178,7 +162,8 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
     flash_backward_cpu(s, block_m, block_n, FA_DQ_ATOMIC, &t);
     expect_matches_oracle(&p, &atomic, "atomic, 3 threads");
     // dK and dV do not depend on the dQ variant: the same bits.
-    EXPECT(same_bits(atomic.dk, runs[0].dk, fa_numel_kv(s)) && same_bits(atomic.dv, runs[0].dv, fa_numel_kv(s)),
+    EXPECT(memcmp(atomic.dk, runs[0].dk, (size_t)fa_numel_kv(s) * sizeof(float)) == 0 &&
+               memcmp(atomic.dv, runs[0].dv, (size_t)fa_numel_kv(s) * sizeof(float)) == 0,
            "atomic variant: dK or dV differs from the deterministic run");
 
     for (int r = 0; r < 3; r++) grads_free(&runs[r]);

@@ -14,6 +14,7 @@
 #include "fa_half.h"
 #include "fa_tensor.h"
 #include "fa_test_device.h"
+#include "fa_test_grads.h"
 #include "tc_backward.h"
 #include "tensor_cores.h"
 
@@ -71,18 +72,6 @@ static void free_problem(problem *p) {
     fa_free_inputs(&p->in);
 }
 
-typedef struct {
-    float *dq, *dk, *dv;
-} grads;
-
-static grads grads_alloc(const fa_shape *s) {
-    grads g = {fa_alloc_floats(fa_numel_q(s), "dQ"), fa_alloc_floats(fa_numel_kv(s), "dK"),
-               fa_alloc_floats(fa_numel_kv(s), "dV")};
-    fa_poison(g.dq, fa_numel_q(s)), fa_poison(g.dk, fa_numel_kv(s)), fa_poison(g.dv, fa_numel_kv(s));
-    return g;
-}
-static void grads_free(grads *g) { free(g->dq), free(g->dk), free(g->dv); }
-
 // Checks dQ, dK, dV by the rule; returns 1 when all three pass. `quiet` leaves the lines out (planted failures).
 static int passes_rule(const problem *p, const grads *g, const char *what, int quiet) {
     const fa_shape *s = &p->opt.shape;
@@ -100,11 +89,9 @@ static int passes_rule(const problem *p, const grads *g, const char *what, int q
     return c[0].pass && c[1].pass && c[2].pass;
 }
 
-static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
 static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
-    EXPECT(same_bits(a->dq, b->dq, fa_numel_q(s)), "%s: dQ differs", what);
-    EXPECT(same_bits(a->dk, b->dk, fa_numel_kv(s)), "%s: dK differs", what);
-    EXPECT(same_bits(a->dv, b->dv, fa_numel_kv(s)), "%s: dV differs", what);
+    const char *differs = grads_first_difference(s, a, b);
+    EXPECT(differs == NULL, "%s: %s differs", what, differs);
 }
 
 static tc_backward_tensors tensors(const problem *p, const void *q, const void *k, const void *v, const void *dout,
