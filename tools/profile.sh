@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
-# step's kernel, and of PyTorch's FlashAttention-2 forward kernel for comparison, at the headline shape (B=4 H=16
-# S=4096, bf16, non-causal), D=64 and D=128. One text report per kernel and D in LOGDIR (ncu-<kernel>-d<D>.txt), and
-# LOGDIR/ncu-summary.txt: the lines chapter 06 quotes, side by side.
+# step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
+# bf16, non-causal), D=64 and D=128: the forward steps 1-3 (chapter 06) and step 4's two backward kernels, dK/dV and
+# dQ (chapter 07). One text report per kernel and D in LOGDIR (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt:
+# the lines the chapters quote, side by side.
 #
 # What is read, and why (docs/06-tensor-cores.md explains each):
 #   SpeedOfLight, ComputeWorkloadAnalysis  how busy the SMs and memory are, as a share of their peak
@@ -10,13 +11,15 @@
 #   WarpStateStats, SchedulerStats         why a warp did not issue (waiting on shared memory, on a barrier, ...)
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
-# FA_PROFILE_D picks head dims (default "64 128"); needs ncu on the PATH (or /usr/local/cuda/bin/ncu).
+# FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_PASSES the passes (default "forward backward"); needs ncu
+# on the PATH (or /usr/local/cuda/bin/ncu).
 set -uo pipefail
 BIN=${1:?usage: tools/profile.sh BINDIR LOGDIR}
 LOGDIR=${2:?usage: tools/profile.sh BINDIR LOGDIR}
 mkdir -p "$LOGDIR"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 HEAD_DIMS=${FA_PROFILE_D:-64 128}
+PASSES=${FA_PROFILE_PASSES:-forward backward}
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
 --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis_Tables"
 METRICS="sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
@@ -41,19 +44,36 @@ inst_executed_pipe|smsp__inst_executed.sum|bank_conflicts|wavefronts_mem_shared|
 
 : > "$LOGDIR/ncu-summary.txt"
 for D in $HEAD_DIMS; do
-    for step in 1 2 3; do
-        kernel=$(case $step in 1) echo regtile;; 2) echo mma;; 3) echo pipeline;; esac)
-        profile "step$step-$kernel-d$D" "flash_forward_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
-            --dtype bf16 --step $step --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 --iters 1
-    done
-    # PyTorch's FlashAttention-2 forward (its kernel is named flash_fwd_kernel), on the same shape and dtype.
-    profile "pytorch-flash-d$D" "flash_fwd" python3 -c "
+    if [[ " $PASSES " == *" forward "* ]]; then
+        for step in 1 2 3; do
+            kernel=$(case $step in 1) echo regtile;; 2) echo mma;; 3) echo pipeline;; esac)
+            profile "step$step-$kernel-d$D" "flash_forward_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
+                --dtype bf16 --step $step --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 --iters 1
+        done
+        # PyTorch's FlashAttention-2 forward (its kernel is named flash_fwd_kernel), on the same shape and dtype.
+        profile "pytorch-flash-d$D" "flash_fwd" python3 -c "
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 q, k, v = (torch.randn(4, 16, 4096, $D, device='cuda', dtype=torch.bfloat16) for _ in range(3))
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     F.scaled_dot_product_attention(q, k, v)
 torch.cuda.synchronize()"
+    fi
+    if [[ " $PASSES " == *" backward "* ]]; then
+        for kernel in dkdv dq; do
+            profile "step4-$kernel-d$D" "backward_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
+                --dtype bf16 --step 4 --dq deterministic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
+                --iters 1
+        done
+        # PyTorch's FlashAttention-2 backward: its main kernel (dQ, dK and dV in one loop over the K/V tiles).
+        profile "pytorch-flash-bwd-d$D" "flash_bwd_dq_dk_dv" python3 -c "
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn(4, 16, 4096, $D, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
+torch.cuda.synchronize()"
+    fi
 done
 echo "wrote $LOGDIR/ncu-*.txt"
 exit $status
