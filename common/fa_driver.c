@@ -132,8 +132,12 @@ void fa_free_inputs(fa_inputs *in) {
     free(in->dout);
 }
 
-// Picks `count` heads spread evenly over 0..BH-1, always the first and the last.
-static void choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
+int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head) {
+    const int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / flops_per_head);
+    return count < 1 ? 1 : count;
+}
+
+void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
     memset(heads, 0, (size_t)BH);
     if (count >= BH) {
         memset(heads, 1, (size_t)BH);
@@ -202,9 +206,8 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     if (!ref->heads) fa_die("out of host memory: the oracle's head mask needs %lld bytes", (long long)BH);
     // FLOPs per head: the oracle's passes and fa_oracle_magnitudes' (about as many again).
     double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 6.0 : 2.0);
-    int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / per_head);
-    if (count < 1) count = 1;
-    choose_heads(ref->heads, BH, count);
+    const int64_t count = fa_heads_to_check(opt, per_head);
+    fa_choose_heads(ref->heads, BH, count);
     ref->heads_checked = (int)(count < BH ? count : BH);
     ref->tol_forward = fa_tolerance_for_inputs(s, in, FA_TOL_FORWARD);
     // The same as fa_tolerance_for_inputs(s, in, FA_TOL_BACKWARD) (the logit term is shared), without a second pass

@@ -79,6 +79,11 @@ void fa_free_inputs(fa_inputs *in);
 // Runs the oracle on the heads --check-heads (or the time budget) selects; prints a line while it works.
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref);
 void fa_free_reference(fa_reference *ref);
+// How many heads the oracle checks: --check-heads, or as many as its time budget allows at this cost per head.
+int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head);
+// Marks `count` of the BH bytes of heads with 1, spread evenly over 0..BH-1, always the first and the last (all of
+// them when count >= BH); the others 0. fa_make_reference samples the heads it checks with it.
+void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count);
 
 // The tolerance of a check on these inputs: `base` (FA_TOL_FORWARD or FA_TOL_BACKWARD), raised when the logits are
 // large. A float32 dot product of D terms carries an error of about eps * sqrt(D) * scale * max|q| * max|k|, and an

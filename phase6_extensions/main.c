@@ -1,0 +1,434 @@
+// main.c - phase 6 driver: the extensions real models use, each its own kernel (a short diff from phase 3 step 3),
+// CPU and GPU, checked against the phase-6 float64 oracle (oracle_ext.h), with phase 3 step 3 beside them wherever
+// it computes the same problem.
+//
+// One feature per run, given by its flag (each feature is a separate file, so two cannot be combined):
+//   --H-kv N                      GQA / MQA: N K/V heads, H divisible by N
+//   --window LEFT,RIGHT           sliding window (-1: unbounded side); with --causal, RIGHT is 0
+//   --softcap C                   scores become C * tanh(s / C), C > 0
+//   --causal-align top-left|bottom-right   with --causal: where the diagonal sits when Sq != Sk
+// Without a feature flag, the feature kernels that have an "off" (gqa with H_kv = H, window with no bound, align
+// top-left) run beside phase 3 step 3 on the same problem: what each feature costs when it is off. Split-KV decoding
+// runs whenever Sq <= SPLITKV_MAX_SQ and the problem is one it computes (no GQA, window or softcap; causal aligned
+// bottom-right, as a decode step is), beside phase 3 step 3 where that applies.
+//
+// Run: build/bin/phase6_extensions                                  (B=1 H=4 S=512 D=64: phase 3 and the "off" rows)
+//      build/bin/phase6_extensions --H 8 --H-kv 2 --causal
+//      build/bin/phase6_extensions --S 4096 --window 256,0 --causal
+//      build/bin/phase6_extensions --Sq 130 --Sk 100 --causal --causal-align bottom-right
+//      build/bin/phase6_extensions --impl cuda --B 4 --H 32 --Sq 1 --Sk 131072 --D 128 --check-heads 2
+#include "extensions.h"
+#include "oracle_ext.h"
+
+#include "fa_driver.h"
+#include "fa_gpu.h"
+#include "fa_tensor.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int CUDA_HEAD_DIMS[] = FLASH4D_CUDA_HEAD_DIMS;
+
+static const fa_cli_spec SPEC = {
+    .program = "phase6_extensions",
+    .summary = "Phase 6: the extensions (GQA/MQA, sliding window, softcapping, causal alignment, split-KV "
+               "decoding), each a short diff from phase 3 step 3, checked against the phase-6 float64 oracle.",
+    .defaults = {.B = 1, .H = 4, .Sq = 512, .Sk = 512, .D = 64},
+    .default_block_m = 64,
+    .default_block_n = 32,
+    .cuda_head_dims = CUDA_HEAD_DIMS,
+};
+
+// --- Phase 6's own flags: taken out of argv before the shared parser sees the rest. -----------------------------
+typedef struct {
+    ext_options e;
+    int has_H_kv, has_window, has_softcap, has_align;
+} ext_flags;
+
+static void print_ext_help(void) {
+    printf("Phase 6 features (one per run; each is its own kernel, diffable against phase 3 step 3):\n");
+    printf("  --H-kv N       GQA / MQA: N K/V heads shared by groups of H / N query heads (H divisible by N)\n");
+    printf("  --window L,R   sliding window: row i sees keys i - L .. i + R (-1: unbounded); with --causal R is 0\n");
+    printf("  --softcap C    softcapping: scores become C * tanh(s / C) before the softmax (C > 0)\n");
+    printf("  --causal-align top-left|bottom-right   with --causal: row i sees keys j <= i (top-left) or\n"
+           "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
+    printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
+           SPLITKV_KEYS_PER_SPLIT);
+}
+
+static int64_t parse_int64(const char *flag, const char *text) {
+    errno = 0;
+    char *end;
+    const long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end != '\0') fa_die("%s expects an integer, got '%s'", flag, text);
+    return value;
+}
+
+static void parse_window(const char *text, ext_options *e) {
+    const char *comma = strchr(text, ',');
+    if (!comma) fa_die("--window expects LEFT,RIGHT (two integers, -1 for unbounded), got '%s'", text);
+    char left[64];
+    snprintf(left, sizeof left, "%.*s", (int)(comma - text < 63 ? comma - text : 63), text);
+    e->window_left = parse_int64("--window LEFT", left);
+    e->window_right = parse_int64("--window RIGHT", comma + 1);
+    if (e->window_left < -1 || e->window_right < -1)
+        fa_die("--window LEFT,RIGHT must each be -1 (unbounded) or a key count >= 0, got '%s'", text);
+}
+
+static void parse_softcap(const char *text, ext_options *e) {
+    errno = 0;
+    char *end;
+    const double c = strtod(text, &end);
+    if (errno || end == text || *end != '\0' || !isfinite(c) || c <= 0.0 || c > 1e30)
+        fa_die("--softcap expects a positive number C (scores become C * tanh(s / C)), got '%s'", text);
+    e->softcap = (float)c;
+}
+
+// Takes the phase-6 flags (as --flag VALUE or --flag=VALUE) out of argv; returns the new argc.
+static int take_ext_flags(int argc, char **argv, ext_flags *f) {
+    static const char *const NAMES[] = {"--H-kv", "--window", "--softcap", "--causal-align"};
+    int kept = 1;
+    for (int a = 1; a < argc; a++) {
+        int which = -1;
+        const char *value = NULL;
+        for (int n = 0; n < 4; n++) {
+            const size_t len = strlen(NAMES[n]);
+            if (strcmp(argv[a], NAMES[n]) == 0) {
+                if (a + 1 >= argc) fa_die("%s needs a value (see --help)", NAMES[n]);
+                which = n, value = argv[++a];
+            } else if (strncmp(argv[a], NAMES[n], len) == 0 && argv[a][len] == '=') {
+                which = n, value = argv[a] + len + 1;
+            }
+        }
+        if (which < 0) {
+            if (strcmp(argv[a], "--help") == 0) print_ext_help();
+            argv[kept++] = argv[a];
+            continue;
+        }
+        switch (which) {
+        case 0:
+            f->e.H_kv = parse_int64("--H-kv", value);
+            if (f->e.H_kv < 1) fa_die("--H-kv must be at least 1, got %lld", (long long)f->e.H_kv);
+            f->has_H_kv = 1;
+            break;
+        case 1: parse_window(value, &f->e); f->has_window = 1; break;
+        case 2: parse_softcap(value, &f->e); f->has_softcap = 1; break;
+        default:
+            if (strcmp(value, "top-left") == 0) f->e.bottom_right = 0;
+            else if (strcmp(value, "bottom-right") == 0) f->e.bottom_right = 1;
+            else fa_die("--causal-align expects top-left or bottom-right, got '%s'", value);
+            f->has_align = 1;
+        }
+    }
+    argv[kept] = NULL;
+    return kept;
+}
+
+// The combinations a run may ask for; anything else is refused with one line.
+static void check_ext_flags(const fa_options *opt, ext_flags *f) {
+    const fa_shape *s = &opt->shape;
+    if (!f->has_H_kv) f->e.H_kv = s->H;
+    if (f->e.H_kv > s->H || s->H % f->e.H_kv != 0)
+        fa_die("--H-kv %lld must divide --H %lld (each K/V head serves H / H_kv query heads)", (long long)f->e.H_kv,
+               (long long)s->H);
+    if (f->has_H_kv + f->has_window + f->has_softcap + f->has_align > 1)
+        fa_die("give one of --H-kv, --window, --softcap, --causal-align per run: each feature is its own kernel "
+               "(phase6_extensions/*_cpu.c), a short diff from phase 3 step 3");
+    if (f->has_align && !s->causal) fa_die("--causal-align applies to --causal attention only");
+    if (s->causal && f->e.window_right > 0)
+        fa_die("--causal with --window %lld,%lld: causal is the window (LEFT, 0), so RIGHT must be 0 or -1",
+               (long long)f->e.window_left, (long long)f->e.window_right);
+    if (s->causal) f->e.window_right = 0;   // causal is the window (LEFT, 0): the window kernel needs no other flag
+    if (opt->save_dir || opt->load_dir)
+        fa_die("phase 6 makes its inputs from --seed only: --save-dir and --load-dir are not supported here");
+}
+
+// --- The rows: one per kernel. ----------------------------------------------------------------------------------
+enum { ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, N_ROW_KINDS };
+static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
+                                                    "split-kv"};
+
+typedef struct {
+    int kind;
+    const fa_shape *shape;
+    const ext_options *e;
+    int block_m, block_n;
+    const float *q, *k, *v;
+    float *o, *lse, *partials;
+    int64_t tiles_visited;   // CPU tile kernels: (Q tile, K tile) pairs processed
+} row_args;
+
+static void run_cpu(void *p) {
+    row_args *a = p;
+    const fa_shape *s = a->shape;
+    const ext_options *e = a->e;
+    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(e->H_kv, s->Sk, s->D);
+    const int bm = a->block_m, bn = a->block_n;
+    switch (a->kind) {
+    case ROW_PHASE3:
+        flash_forward_lse_cpu(s, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL, &a->tiles_visited);
+        break;
+    case ROW_GQA:
+        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
+                              &a->tiles_visited);
+        break;
+    case ROW_WINDOW:
+        flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
+                                 a->lse, NULL, &a->tiles_visited);
+        break;
+    case ROW_SOFTCAP:
+        flash_forward_softcap_cpu(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
+                                  &a->tiles_visited);
+        break;
+    case ROW_ALIGN:
+        flash_forward_align_cpu(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
+                                &a->tiles_visited);
+        break;
+    default: flash_decode_splitkv_cpu(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
+    }
+}
+
+#if FA_HAVE_CUDA
+static void run_cuda(void *p) {
+    row_args *a = p;
+    const fa_shape *s = a->shape;
+    const ext_options *e = a->e;
+    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(e->H_kv, s->Sk, s->D);
+    const int bm = a->block_m, bn = a->block_n;
+    switch (a->kind) {
+    case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL); break;
+    case ROW_GQA:
+        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+        break;
+    case ROW_WINDOW:
+        flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
+                                  a->lse, NULL);
+        break;
+    case ROW_SOFTCAP:
+        flash_forward_softcap_cuda(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+        break;
+    case ROW_ALIGN:
+        flash_forward_align_cuda(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+        break;
+    default: flash_decode_splitkv_cuda(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
+    }
+}
+#endif
+
+// Which kernels this run asks for.
+static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW_KINDS]) {
+    const fa_shape *s = &opt->shape;
+    const ext_options *e = &f->e;
+    const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align;
+    const int gqa_on = e->H_kv != s->H, window_on = e->window_left >= 0 || (!s->causal && e->window_right >= 0);
+    // The diagonal moves only when the alignment is bottom-right, the attention causal and Sq != Sk.
+    const int shifted = e->bottom_right && s->causal && s->Sq != s->Sk;
+    // Phase 3 step 3 computes the problem when no feature changes it.
+    run[ROW_PHASE3] = !gqa_on && !window_on && !f->has_softcap && !shifted;
+    run[ROW_GQA] = no_flag || f->has_H_kv;
+    run[ROW_WINDOW] = no_flag || f->has_window;
+    run[ROW_SOFTCAP] = f->has_softcap;
+    run[ROW_ALIGN] = no_flag || f->has_align;
+    // Split-KV: a decode-sized Sq, and a problem it computes (its causal mask is aligned bottom-right).
+    run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap &&
+                       (!s->causal || e->bottom_right || s->Sq == s->Sk);
+}
+
+// Inputs from --seed, as fa_make_inputs makes them (the same streams): Q [B, H, Sq, D], K and V [B, H_kv, Sk, D].
+static void make_inputs(const fa_options *opt, const ext_options *e, fa_inputs *in) {
+    const fa_shape *s = &opt->shape;
+    const int64_t n_q = fa_numel_q(s), n_kv = s->B * e->H_kv * s->Sk * s->D;
+    memset(in, 0, sizeof *in);
+    in->q = fa_alloc_floats(n_q, "Q");
+    in->k = fa_alloc_floats(n_kv, "K");
+    in->v = fa_alloc_floats(n_kv, "V");
+    fa_fill_random(in->q, n_q, opt->seed, FA_STREAM_Q, 1.0f);
+    fa_fill_random(in->k, n_kv, opt->seed, FA_STREAM_K, 1.0f);
+    fa_fill_random(in->v, n_kv, opt->seed, FA_STREAM_V, 1.0f);
+}
+
+// The phase-6 oracle on the heads --check-heads (or the time budget) selects, and the scales and tolerance of the
+// checks, as fa_make_reference gives them in phases 1-5.
+static void make_reference(const fa_options *opt, const ext_options *e, const fa_inputs *in, fa_reference *ref) {
+    const fa_shape *s = &opt->shape;
+    const int64_t BH = s->B * s->H, group = s->H / e->H_kv;
+    memset(ref, 0, sizeof *ref);
+    ref->heads = malloc((size_t)BH);
+    unsigned char *kv_heads = calloc((size_t)(s->B * e->H_kv), 1);
+    if (!ref->heads || !kv_heads) fa_die("out of host memory: the oracle's head masks");
+    const int64_t count = fa_heads_to_check(opt, 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * 2.0);
+    fa_choose_heads(ref->heads, BH, count);
+    ref->heads_checked = (int)(count < BH ? count : BH);
+    for (int64_t bh = 0; bh < BH; bh++)
+        if (ref->heads[bh]) kv_heads[bh / s->H * e->H_kv + bh % s->H / group] = 1;
+    // fa_tolerance_for_inputs reads the numel_q elements of Q and the numel_kv of K that its shape gives; with GQA,
+    // K has H_kv heads: this shape has K's heads and the same number of Q elements (H / H_kv times the rows).
+    fa_shape tol_shape = *s;
+    tol_shape.H = e->H_kv;
+    tol_shape.Sq = s->Sq * group;
+    ref->tol_forward = fa_tolerance_for_inputs(&tol_shape, in, FA_TOL_FORWARD);
+
+    fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
+    fflush(stderr);
+    fa_set_threads(opt->threads);
+    fa_shape kv_shape = *s;
+    kv_shape.H = e->H_kv;
+    double *q = fa_oracle_heads_to_double(in->q, s, ref->heads, s->Sq * s->D, "oracle Q");
+    double *k = fa_oracle_heads_to_double(in->k, &kv_shape, kv_heads, s->Sk * s->D, "oracle K");
+    double *v = fa_oracle_heads_to_double(in->v, &kv_shape, kv_heads, s->Sk * s->D, "oracle V");
+    ref->o = fa_oracle_alloc_heads(s, ref->heads, s->Sq * s->D, "oracle O");
+    ref->lse = fa_oracle_alloc_heads(s, ref->heads, s->Sq, "oracle LSE");
+    ext_oracle_forward(s, e, q, k, v, ref->heads, ref->o, ref->lse, &ref->scale);
+    fprintf(stderr, " done\n");
+    free(q);
+    free(k);
+    free(v);
+    free(kv_heads);
+}
+
+// Where the rows of one device read and write.
+typedef struct {
+    int is_cuda;
+    const float *q, *k, *v;
+    float *o, *lse, *partials;     // host or device
+    float *o_host, *lse_host;      // where fa_check_and_time brings the results
+    double upload_ms;
+} device_buffers;
+
+static void run_row(fa_report *report, const fa_options *opt, const ext_options *e, const fa_reference *ref,
+                    const device_buffers *dev, int kind) {
+    const fa_shape *s = &opt->shape;
+    row_args args = {.kind = kind, .shape = s, .e = e, .block_m = opt->block_m, .block_n = opt->block_n,
+                     .q = dev->q, .k = dev->k, .v = dev->v, .o = dev->o, .lse = dev->lse,
+                     .partials = dev->partials};
+    // FLOPs of the pairs the mask lets through (the same count for every row, so GFLOP/s compare directly).
+    fa_implementation impl = {.label = ROW_LABELS[kind], .is_cuda = dev->is_cuda, .ctx = &args,
+                              .flops = 4.0 * (double)s->D * ext_visible_pairs(s, e), .causal = s->causal,
+                              .upload_ms = dev->upload_ms};
+#if FA_HAVE_CUDA
+    impl.run = dev->is_cuda ? run_cuda : run_cpu;
+#else
+    impl.run = run_cpu;
+#endif
+    if (kind == ROW_SPLITKV) {
+        impl.extra_bytes = splitkv_partial_floats(s) * (int64_t)sizeof(float);
+        impl.extra_what = "partial O, LSE";
+    } else {
+        impl.block_m = opt->block_m;
+        impl.block_n = opt->block_n;
+        impl.extra_bytes_per_thread =
+            dev->is_cuda ? 0 : flash_forward_lse_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
+        impl.extra_what = dev->is_cuda ? "tiles in shared memory" : "per-thread tiles";
+    }
+    fa_forward_outputs(&impl, s, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
+                       dev->is_cuda ? dev->lse : NULL);
+    fa_check_and_time(report, opt, ref, &impl);
+
+    // What the window's pruning saved, counted by the CPU kernel itself.
+    if (!dev->is_cuda && kind == ROW_WINDOW) {
+        const int64_t q_tiles = (s->Sq + opt->block_m - 1) / opt->block_m;
+        const int64_t k_tiles = (s->Sk + opt->block_n - 1) / opt->block_n;
+        const int64_t all = s->B * s->H * q_tiles * k_tiles;
+        fa_report_add_note(report, "window pruning: the window kernel processed %lld of %lld (Q tile, K tile) pairs "
+                           "(%.1f%%)", (long long)args.tiles_visited, (long long)all,
+                           100.0 * (double)args.tiles_visited / (double)all);
+    }
+}
+
+// Split-KV is judged by the bandwidth it reads K and V at (decoding reads each once): a note beside the table.
+static void note_splitkv_bandwidth(fa_report *report, const fa_options *opt, const ext_options *e) {
+    const fa_shape *s = &opt->shape;
+    const double kv_bytes = 2.0 * (double)(s->B * e->H_kv * s->Sk * s->D) * sizeof(float);
+    double split_ms = 0.0, phase3_ms = 0.0;
+    for (int r = 0; r < report->n_rows; r++) {
+        const fa_timing_row *row = &report->rows[r];
+        if (strcmp(row->impl, "cuda") != 0) continue;
+        if (strcmp(row->label, ROW_LABELS[ROW_SPLITKV]) == 0) split_ms = row->median_ms;
+        if (strcmp(row->label, ROW_LABELS[ROW_PHASE3]) == 0) phase3_ms = row->median_ms;
+    }
+    if (split_ms <= 0.0) return;
+    fa_report_add_note(report, "split-KV cuda: K and V (%.2f GB) read at %.0f GB/s; %lld splits of %d keys per head",
+                       kv_bytes / 1e9, kv_bytes / (split_ms * 1e-3) / 1e9, (long long)splitkv_num_splits(s->Sk),
+                       SPLITKV_KEYS_PER_SPLIT);
+    if (phase3_ms > 0.0)
+        fa_report_add_note(report, "split-KV cuda: %.1fx the speed of phase 3 step 3 on the same problem",
+                           phase3_ms / split_ms);
+}
+
+static void run_device(fa_report *report, const fa_options *opt, const ext_options *e, const fa_reference *ref,
+                       const device_buffers *dev, const int run[N_ROW_KINDS]) {
+    for (int kind = 0; kind < N_ROW_KINDS; kind++)
+        if (run[kind]) run_row(report, opt, e, ref, dev, kind);
+}
+
+int main(int argc, char **argv) {
+    ext_flags flags = {.e = {.window_left = -1, .window_right = -1}};
+    argc = take_ext_flags(argc, argv, &flags);
+    fa_options opt;
+    fa_parse_options(argc, argv, &SPEC, &opt);
+    check_ext_flags(&opt, &flags);
+    const ext_options *e = &flags.e;
+    if ((opt.impl & FA_IMPL_CUDA) && !flash4d_cuda_supports_tiles(opt.block_m, opt.block_n))
+        fa_die("the CUDA kernels are compiled for --block-m x --block-n = %s (got %d x %d); "
+               "use --impl cpu for other tile sizes", FLASH4D_CUDA_TILES_TEXT, opt.block_m, opt.block_n);
+    int run[N_ROW_KINDS];
+    choose_rows(&opt, &flags, run);
+
+    fa_report report;
+    fa_report_init(&report, SPEC.program, &opt);
+    const int use_gpu = fa_use_gpu(&opt, &report);
+    fa_report_add_note(&report, "features: H_kv %lld, window (%lld, %lld), softcap %g, causal alignment %s",
+                       (long long)e->H_kv, (long long)e->window_left, (long long)e->window_right, (double)e->softcap,
+                       e->bottom_right ? "bottom-right" : "top-left");
+
+    fa_inputs in;
+    make_inputs(&opt, e, &in);
+    fa_reference ref;
+    make_reference(&opt, e, &in, &ref);
+
+    const fa_shape *s = &opt.shape;
+    const int64_t n_kv = s->B * e->H_kv * s->Sk * s->D, n_partials = run[ROW_SPLITKV] ? splitkv_partial_floats(s) : 0;
+    float *o = fa_alloc_floats(fa_numel_q(s), "O");
+    float *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
+    if (opt.impl & FA_IMPL_CPU) {
+        float *partials = n_partials ? fa_alloc_floats(n_partials, "split-KV partials") : NULL;
+        const device_buffers cpu = {0, in.q, in.k, in.v, o, lse, partials, o, lse, 0.0};
+        run_device(&report, &opt, e, &ref, &cpu, run);
+        free(partials);
+    }
+#if FA_HAVE_CUDA
+    if (use_gpu) {
+        float *q_dev = fa_gpu_alloc(fa_numel_q(s), "Q"), *k_dev = fa_gpu_alloc(n_kv, "K");
+        float *v_dev = fa_gpu_alloc(n_kv, "V");
+        float *o_dev = fa_gpu_alloc(fa_numel_q(s), "O"), *lse_dev = fa_gpu_alloc(fa_numel_lse(s), "LSE");
+        float *partials_dev = n_partials ? fa_gpu_alloc(n_partials, "split-KV partials") : NULL;
+        const double start = fa_now_ms();
+        fa_gpu_upload(q_dev, in.q, fa_numel_q(s));
+        fa_gpu_upload(k_dev, in.k, n_kv);
+        fa_gpu_upload(v_dev, in.v, n_kv);
+        const device_buffers gpu = {1, q_dev, k_dev, v_dev, o_dev, lse_dev, partials_dev, o, lse,
+                                    fa_now_ms() - start};
+        run_device(&report, &opt, e, &ref, &gpu, run);
+        note_splitkv_bandwidth(&report, &opt, e);
+        fa_gpu_free(q_dev);
+        fa_gpu_free(k_dev);
+        fa_gpu_free(v_dev);
+        fa_gpu_free(o_dev);
+        fa_gpu_free(lse_dev);
+        if (partials_dev) fa_gpu_free(partials_dev);
+    }
+#else
+    (void)use_gpu;
+    (void)n_kv;
+#endif
+
+    const int status = fa_finish(&report, &opt);
+    free(o);
+    free(lse);
+    fa_free_reference(&ref);
+    fa_free_inputs(&in);
+    return status;
+}

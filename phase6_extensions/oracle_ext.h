@@ -1,0 +1,24 @@
+// oracle_ext.h - the float64 oracle of phase 6: common/fa_oracle.h's textbook attention, with every feature.
+//
+//   S_ij = scale * q_i . k_{g(h), j}      K/V head g(h) = h / (H / H_kv)                      (GQA / MQA)
+//   S_ij = C * tanh(S_ij / C)             when softcap C > 0                                  (softcapping)
+//   S_ij = -inf outside [first_i, last_i] (ext_key_range: causal, window, alignment)
+//   P = softmax_rows(S), O = P V, LSE_i = log sum_j exp(S_ij)
+// A row that sees no key gets O = 0 and LSE = EMPTY_ROW_LSE, the convention the kernels follow (extensions.h).
+// It also measures the scales the checks use, as fa_oracle_magnitudes does: for O the largest sum_j p_ij |v_jd|,
+// for LSE the largest |max_j S_ij| + log(sum_j exp(S_ij - max)), over the rows that see a key.
+#ifndef ORACLE_EXT_H
+#define ORACLE_EXT_H
+
+#include "extensions.h"
+#include "fa_oracle.h"
+
+// q: [B, H, Sq, D]; k, v: [B, H_kv, Sk, D]; o: [B, H, Sq, D]; lse: [B, H, Sq]. Only the heads marked in `heads`
+// (NULL = all) are computed, and they are the only ones k and v need.
+void ext_oracle_forward(const fa_shape *shape, const ext_options *e, const double *q, const double *k,
+                        const double *v, const unsigned char *heads, double *o, double *lse, fa_magnitudes *mag);
+
+// The (query, key) pairs the mask lets through, over all heads: the work a kernel that prunes perfectly does.
+double ext_visible_pairs(const fa_shape *shape, const ext_options *e);
+
+#endif
