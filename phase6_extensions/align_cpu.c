@@ -1,9 +1,9 @@
 // align_cpu.c - phase 6, on the CPU: causal alignment, top-left or bottom-right.
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c): with bottom_right, row i sees keys j <= i + Sk - Sq (FlashAttention's
-//   alignment: the last query row sees every key, as a decode step's query sees the whole cache). The causal stages
-//   are phase 3's, with the rows shifted by key_offset = Sk - Sq. When Sq > Sk, rows i < Sq - Sk see no key: they
-//   write O = 0 (extensions.h).
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c):
+//   with bottom_right, row i sees keys j <= i + Sk - Sq (FlashAttention's alignment: the last query row sees every
+//   key, as a decode step's query sees the whole cache). The causal stages are phase 3's, with the rows shifted by
+//   key_offset = Sk - Sq. When Sq > Sk, rows i < Sq - Sk see no key: they write O = 0 (extensions.h).
 // CUDA twin: phase6_extensions/align_cuda.cu
 // Diff:      diff -u phase3_forward_4d/3_lse_cpu.c phase6_extensions/align_cpu.c
 // Run:       build/bin/phase6_extensions --impl cpu --Sq 128 --Sk 1000 --D 64 --causal --causal-align bottom-right
@@ -59,7 +59,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 
 // One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
 // Returns the number of K tiles it processed.
-static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
+static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK_M, int BLOCK_N,
+                              int64_t bh, int64_t q_start,
                            const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
                            workspace *w) {
@@ -129,7 +130,8 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
             }
             // The last key this row may see: the last one there is, and on a diagonal tile its diagonal (row i
             // sees keys j <= i + key_offset). A tile in the past keeps step 1's test against S_k alone: no mask.
-            const int64_t row = q_start + i + key_offset, last_key = stage == TILE_DIAGONAL && row < S_k - 1 ? row : S_k - 1;
+            const int64_t row = q_start + i + key_offset;
+            const int64_t last_key = stage == TILE_DIAGONAL && row < S_k - 1 ? row : S_k - 1;
             // Keys past last_key (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax. Only
             // the diagonal tiles, the last tile, or a padded one, have any.
             if (N_pad > BLOCK_N || k_start + N_pad - 1 > last_key)
@@ -182,7 +184,8 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
     return tiles;
 }
 
-void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q, fa_strides q_strides,
+void flash_forward_align_cpu(const fa_shape *shape, int bottom_right,
+                           int block_m, int block_n, const float *q, fa_strides q_strides,
                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                            fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
@@ -196,7 +199,8 @@ void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_
             for (int64_t t = 0; t < n_q_tiles; t++) {
                 // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
-                visited += q_tile_program(shape, bottom_right, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
+                visited += q_tile_program(shape, bottom_right,
+                                          block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
                                           v, v_strides, o, o_strides, lse, lse_residual, &w);
             }
         free(w.q_tile);

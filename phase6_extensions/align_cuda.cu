@@ -1,9 +1,9 @@
 // align_cuda.cu - phase 6, on the GPU: causal alignment, top-left or bottom-right.
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu): with bottom_right, row i sees keys j <= i + Sk - Sq (FlashAttention's
-//   alignment: the last query row sees every key, as a decode step's query sees the whole cache). The causal stages
-//   are phase 3's, with the rows shifted by key_offset = Sk - Sq. When Sq > Sk, rows i < Sq - Sk see no key: they
-//   write O = 0 (extensions.h).
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu):
+//   with bottom_right, row i sees keys j <= i + Sk - Sq (FlashAttention's alignment: the last query row sees every
+//   key, as a decode step's query sees the whole cache). The causal stages are phase 3's, with the rows shifted by
+//   key_offset = Sk - Sq. When Sq > Sk, rows i < Sq - Sk see no key: they write O = 0 (extensions.h).
 // CPU twin:  phase6_extensions/align_cpu.c
 // Diff:      diff -u phase3_forward_4d/3_lse_cuda.cu phase6_extensions/align_cuda.cu
 // Run:       build/bin/phase6_extensions --impl cuda --B 4 --H 16 --Sq 1024 --Sk 4096 --D 64 --causal --causal-align bottom-right
@@ -72,7 +72,8 @@ flash_forward_align_kernel(const float *__restrict__ q, fa_strides q_strides, co
                          fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
                          float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse,
                          float *__restrict__ lse_residual, int64_t S_q,
-                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal, int64_t key_offset) {
+                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal,
+                         int64_t key_offset) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
@@ -249,17 +250,21 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
                          const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                          fa_strides o_strides, float *lse, float *lse_residual, int bottom_right) {
     if (block_m == 64 && block_n == 32)
-        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, bottom_right);
+        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          bottom_right);
     else if (block_m == 64 && block_n == 64)
-        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, bottom_right);
+        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          bottom_right);
     else if (block_m == 128 && block_n == 64)
-        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, bottom_right);
+        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          bottom_right);
     else
         fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_align_cuda(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q,
+extern "C" void flash_forward_align_cuda(const fa_shape *shape, int bottom_right,
+                                       int block_m, int block_n, const float *q,
                                        fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                                        fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
     check_float4_rows("Q", q, q_strides);

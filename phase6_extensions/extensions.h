@@ -79,7 +79,8 @@ FA_HOST_DEVICE static inline int64_t window_first_tile(int64_t left, int64_t q_s
 // tiles_visited (CPU, may be NULL) counts the (Q tile, K tile) pairs processed, summed over all heads.
 void flash_forward_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const float *q,
                            fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited);
+                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
+                           int64_t *tiles_visited);
 void flash_forward_gqa_cuda(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const float *q,
                             fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                             fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual);
@@ -105,7 +106,8 @@ void flash_forward_softcap_cuda(const fa_shape *shape, float softcap, int block_
 
 void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q,
                              fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                             fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited);
+                             fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
+                           int64_t *tiles_visited);
 void flash_forward_align_cuda(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q,
                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                               fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual);

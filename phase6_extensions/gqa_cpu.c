@@ -1,7 +1,8 @@
 // gqa_cpu.c - phase 6, on the CPU: GQA / MQA, K/V heads shared by groups of query heads.
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c): query head h reads K/V head h / group, group = H / H_kv
-//   query heads in a row (MQA: H_kv = 1, one K/V head for all). K and V are [B, H_kv, Sk, D].
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c):
+//   query head h reads K/V head h / group, group = H / H_kv query heads in a row (MQA: H_kv = 1, one K/V head for
+//   all). K and V are [B, H_kv, Sk, D].
 // CUDA twin: phase6_extensions/gqa_cuda.cu
 // Diff:      diff -u phase3_forward_4d/3_lse_cpu.c phase6_extensions/gqa_cpu.c
 // Run:       build/bin/phase6_extensions --impl cpu --H 8 --H-kv 2 --S 1024 --D 64
@@ -57,7 +58,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 
 // One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
 // Returns the number of K tiles it processed.
-static int64_t q_tile_program(const fa_shape *shape, int64_t group, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
+static int64_t q_tile_program(const fa_shape *shape, int64_t group, int BLOCK_M, int BLOCK_N,
+                              int64_t bh, int64_t q_start,
                            const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
                            workspace *w) {
@@ -178,7 +180,8 @@ static int64_t q_tile_program(const fa_shape *shape, int64_t group, int BLOCK_M,
     return tiles;
 }
 
-void flash_forward_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const float *q, fa_strides q_strides,
+void flash_forward_gqa_cpu(const fa_shape *shape, int64_t H_kv,
+                           int block_m, int block_n, const float *q, fa_strides q_strides,
                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                            fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
@@ -192,7 +195,8 @@ void flash_forward_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int
             for (int64_t t = 0; t < n_q_tiles; t++) {
                 // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
-                visited += q_tile_program(shape, shape->H / H_kv, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
+                visited += q_tile_program(shape, shape->H / H_kv,
+                                          block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
                                           v, v_strides, o, o_strides, lse, lse_residual, &w);
             }
         free(w.q_tile);

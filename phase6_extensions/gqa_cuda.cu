@@ -1,7 +1,8 @@
 // gqa_cuda.cu - phase 6, on the GPU: GQA / MQA, K/V heads shared by groups of query heads.
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu): query head h reads K/V head h / group, group = H / H_kv
-//   query heads in a row (MQA: H_kv = 1, one K/V head for all). K and V are [B, H_kv, Sk, D].
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu):
+//   query head h reads K/V head h / group, group = H / H_kv query heads in a row (MQA: H_kv = 1, one K/V head for
+//   all). K and V are [B, H_kv, Sk, D].
 // CPU twin:  phase6_extensions/gqa_cpu.c
 // Diff:      diff -u phase3_forward_4d/3_lse_cuda.cu phase6_extensions/gqa_cuda.cu
 // Run:       build/bin/phase6_extensions --impl cuda --B 4 --H 32 --H-kv 8 --S 4096 --D 128
@@ -70,7 +71,8 @@ flash_forward_gqa_kernel(const float *__restrict__ q, fa_strides q_strides, cons
                          fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
                          float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse,
                          float *__restrict__ lse_residual, int64_t S_q,
-                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal, int64_t group) {
+                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal,
+                         int64_t group) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
@@ -245,17 +247,21 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
                          const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                          fa_strides o_strides, float *lse, float *lse_residual, int64_t group) {
     if (block_m == 64 && block_n == 32)
-        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, group);
+        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          group);
     else if (block_m == 64 && block_n == 64)
-        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, group);
+        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          group);
     else if (block_m == 128 && block_n == 64)
-        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, group);
+        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          group);
     else
         fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_gqa_cuda(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const float *q,
+extern "C" void flash_forward_gqa_cuda(const fa_shape *shape, int64_t H_kv,
+                                       int block_m, int block_n, const float *q,
                                        fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                                        fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
     check_float4_rows("Q", q, q_strides);

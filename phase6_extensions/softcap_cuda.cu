@@ -1,8 +1,8 @@
 // softcap_cuda.cu - phase 6, on the GPU: softcapping, as Gemma 2 uses it.
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu): every score s = scale * q_i . k_j becomes C * tanh(s / C) before the
-//   softmax: the logits stay inside (-C, C). In base 2 (scores here are s * LOG2E) that is cap2 * tanh(s2 / cap2)
-//   with cap2 = C * LOG2E.
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu):
+//   every score s = scale * q_i . k_j becomes C * tanh(s / C) before the softmax: the logits stay inside (-C, C). In
+//   base 2 (scores here are s * LOG2E) that is cap2 * tanh(s2 / cap2) with cap2 = C * LOG2E.
 // CPU twin:  phase6_extensions/softcap_cpu.c
 // Diff:      diff -u phase3_forward_4d/3_lse_cuda.cu phase6_extensions/softcap_cuda.cu
 // Run:       build/bin/phase6_extensions --impl cuda --B 4 --H 16 --S 4096 --D 64 --softcap 30
@@ -71,7 +71,8 @@ flash_forward_softcap_kernel(const float *__restrict__ q, fa_strides q_strides, 
                          fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
                          float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse,
                          float *__restrict__ lse_residual, int64_t S_q,
-                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal, float cap2) {
+                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal,
+                         float cap2) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
@@ -248,17 +249,21 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
                          const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                          fa_strides o_strides, float *lse, float *lse_residual, float softcap) {
     if (block_m == 64 && block_n == 32)
-        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, softcap);
+        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          softcap);
     else if (block_m == 64 && block_n == 64)
-        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, softcap);
+        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          softcap);
     else if (block_m == 128 && block_n == 64)
-        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, softcap);
+        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          softcap);
     else
         fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n, const float *q,
+extern "C" void flash_forward_softcap_cuda(const fa_shape *shape, float softcap,
+                                       int block_m, int block_n, const float *q,
                                        fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                                        fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
     check_float4_rows("Q", q, q_strides);

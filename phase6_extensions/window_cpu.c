@@ -1,9 +1,9 @@
 // window_cpu.c - phase 6, on the CPU: the sliding window (FlashAttention's window_size).
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c): row i sees keys i - LEFT .. i + RIGHT only (-1: no bound on that
-//   side; causal is the window (LEFT, 0)). The K-tile loop starts at the first tile the band reaches and stops after
-//   the last (window_tile_stage, extensions.h): the tiles outside it are pruned like phase 3's future tiles. A row
-//   whose band holds no key writes O = 0.
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c):
+//   row i sees keys i - LEFT .. i + RIGHT only (-1: no bound on that side; causal is the window (LEFT, 0)). The K-tile
+//   loop starts at the first tile the band reaches and stops after the last (window_tile_stage, extensions.h): the
+//   tiles outside it are pruned like phase 3's future tiles. A row whose band holds no key writes O = 0.
 // CUDA twin: phase6_extensions/window_cuda.cu
 // Diff:      diff -u phase3_forward_4d/3_lse_cpu.c phase6_extensions/window_cpu.c
 // Run:       build/bin/phase6_extensions --impl cpu --S 4096 --D 64 --window 256,0 --causal
@@ -59,7 +59,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 
 // One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
 // Returns the number of K tiles it processed.
-static int64_t q_tile_program(const fa_shape *shape, int64_t left, int64_t right, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
+static int64_t q_tile_program(const fa_shape *shape, int64_t left, int64_t right, int BLOCK_M, int BLOCK_N,
+                              int64_t bh, int64_t q_start,
                            const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
                            workspace *w) {
@@ -129,7 +130,8 @@ static int64_t q_tile_program(const fa_shape *shape, int64_t left, int64_t right
             // tile inside every band keeps step 1's test against S_k alone: no element mask.
             const int64_t row = q_start + i;
             const int64_t first_key = stage == TILE_DIAGONAL && left >= 0 ? row - left : 0;
-            const int64_t last_key = stage == TILE_DIAGONAL && right >= 0 && row + right < S_k - 1 ? row + right : S_k - 1;
+            const int64_t last_key =
+                stage == TILE_DIAGONAL && right >= 0 && row + right < S_k - 1 ? row + right : S_k - 1;
             // Keys outside first_key .. last_key (and the padding) get -INFINITY: 2^-inf = 0, they take no part in
             // the softmax. Only the tiles a band edge crosses, the last tile, or a padded one, have any.
             if (N_pad > BLOCK_N || k_start < first_key || k_start + N_pad - 1 > last_key)
@@ -182,7 +184,8 @@ static int64_t q_tile_program(const fa_shape *shape, int64_t left, int64_t right
     return tiles;
 }
 
-void flash_forward_window_cpu(const fa_shape *shape, int64_t window_left, int64_t window_right, int block_m, int block_n, const float *q, fa_strides q_strides,
+void flash_forward_window_cpu(const fa_shape *shape, int64_t window_left, int64_t window_right,
+                           int block_m, int block_n, const float *q, fa_strides q_strides,
                            const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                            fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
@@ -196,7 +199,8 @@ void flash_forward_window_cpu(const fa_shape *shape, int64_t window_left, int64_
             for (int64_t t = 0; t < n_q_tiles; t++) {
                 // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
                 const int64_t q_tile = n_q_tiles - 1 - t;
-                visited += q_tile_program(shape, window_left, window_right, block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
+                visited += q_tile_program(shape, window_left, window_right,
+                                          block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
                                           v, v_strides, o, o_strides, lse, lse_residual, &w);
             }
         free(w.q_tile);

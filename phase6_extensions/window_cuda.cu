@@ -1,9 +1,9 @@
 // window_cuda.cu - phase 6, on the GPU: the sliding window (FlashAttention's window_size).
 //
-// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu): row i sees keys i - LEFT .. i + RIGHT only (-1: no bound on that
-//   side; causal is the window (LEFT, 0)). The K-tile loop starts at the first tile the band reaches and stops after
-//   the last (window_tile_stage, extensions.h): the tiles outside it are pruned like phase 3's future tiles. A row
-//   whose band holds no key writes O = 0.
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cuda.cu):
+//   row i sees keys i - LEFT .. i + RIGHT only (-1: no bound on that side; causal is the window (LEFT, 0)). The K-tile
+//   loop starts at the first tile the band reaches and stops after the last (window_tile_stage, extensions.h): the
+//   tiles outside it are pruned like phase 3's future tiles. A row whose band holds no key writes O = 0.
 // CPU twin:  phase6_extensions/window_cpu.c
 // Diff:      diff -u phase3_forward_4d/3_lse_cuda.cu phase6_extensions/window_cuda.cu
 // Run:       build/bin/phase6_extensions --impl cuda --B 1 --H 16 --S 16384 --D 64 --window 1024,0 --causal
@@ -72,7 +72,8 @@ flash_forward_window_kernel(const float *__restrict__ q, fa_strides q_strides, c
                          fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
                          float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse,
                          float *__restrict__ lse_residual, int64_t S_q,
-                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal, int64_t left, int64_t right) {
+                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal,
+                         int64_t left, int64_t right) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
@@ -248,17 +249,21 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
                          const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
                          fa_strides o_strides, float *lse, float *lse_residual, int64_t left, int64_t right) {
     if (block_m == 64 && block_n == 32)
-        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, left, right);
+        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          left, right);
     else if (block_m == 64 && block_n == 64)
-        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, left, right);
+        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          left, right);
     else if (block_m == 128 && block_n == 64)
-        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, left, right);
+        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
+                          left, right);
     else
         fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_window_cuda(const fa_shape *shape, int64_t window_left, int64_t window_right, int block_m, int block_n, const float *q,
+extern "C" void flash_forward_window_cuda(const fa_shape *shape, int64_t window_left, int64_t window_right,
+                                       int block_m, int block_n, const float *q,
                                        fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                                        fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
     check_float4_rows("Q", q, q_strides);
