@@ -6,6 +6,8 @@
 //   softcap_*   softcapping (Gemma 2): a score s becomes C * tanh(s / C) before the softmax.
 //   align_*     causal alignment: bottom-right (FlashAttention's, for Sq != Sk) shifts the diagonal by Sk - Sq, so
 //               the last query row sees the whole cache; a row that sees no key writes O = 0.
+//   varlen_*    variable-length batches: sequences packed as [total, H, D] with cumulative offsets (cu_seqlens); the
+//               grid covers only the real Q tiles, and nothing is padded.
 //   splitkv_*   split-KV decoding: the keys of one head are split over many blocks, each writes a partial O and its
 //               LSE, and a combine pass merges the partials by their LSEs (the online softmax once more).
 //
@@ -111,6 +113,36 @@ void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_
 void flash_forward_align_cuda(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q,
                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                               fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual);
+
+// --- Variable-length batches (varlen_*): B sequences packed as [total, H, D], FlashAttention's cu_seqlens. -------
+// Sequence b holds tokens cu_seqlens[b] .. cu_seqlens[b + 1] - 1 (cu_seqlens[0] = 0, B + 1 entries); its queries see
+// its own keys only (Sq = Sk = its length; causal is top-left = bottom-right). shape->B is the number of sequences,
+// shape->Sq = shape->Sk the total token count; the strides are those of [total, H, D] (stride b unused); LSE is
+// [total, H]. cu_q_tiles (B + 1 entries, varlen_q_tiles) numbers the real Q tiles sequence by sequence: the grid.
+// On the GPU, cu_seqlens and cu_q_tiles are device arrays and n_q_tiles = cu_q_tiles[B] is passed from the host.
+static inline void varlen_q_tiles(int64_t n_seqs, const int64_t *cu_seqlens, int block_m, int64_t *cu_q_tiles) {
+    cu_q_tiles[0] = 0;
+    for (int64_t b = 0; b < n_seqs; b++)
+        cu_q_tiles[b + 1] = cu_q_tiles[b] + (cu_seqlens[b + 1] - cu_seqlens[b] + block_m - 1) / block_m;
+}
+// The sequence Q tile `tile` belongs to: the b with cu_q_tiles[b] <= tile < cu_q_tiles[b + 1] (binary search).
+FA_HOST_DEVICE static inline int64_t varlen_tile_sequence(const int64_t *cu_q_tiles, int64_t n_seqs, int64_t tile) {
+    int64_t lo = 0, hi = n_seqs - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (cu_q_tiles[mid] <= tile) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+void flash_forward_varlen_cpu(const fa_shape *shape, const int64_t *cu_seqlens, const int64_t *cu_q_tiles,
+                              int block_m, int block_n, const float *q, fa_strides q_strides, const float *k,
+                              fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                              fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited);
+void flash_forward_varlen_cuda(const fa_shape *shape, const int64_t *cu_seqlens, const int64_t *cu_q_tiles,
+                               int64_t n_q_tiles, int block_m, int block_n, const float *q, fa_strides q_strides,
+                               const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
+                               fa_strides o_strides, float *lse, float *lse_residual);
 
 // --- Split-KV decoding (splitkv_*): Q, O, K, V contiguous [B, H, S, D]; S_q <= SPLITKV_MAX_SQ. ------------------
 // The keys of each head are cut into splitkv_num_splits(S_k) splits of SPLITKV_KEYS_PER_SPLIT keys (the last one

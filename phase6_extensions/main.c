@@ -7,6 +7,7 @@
 //   --window LEFT,RIGHT           sliding window (-1: unbounded side); with --causal, RIGHT is 0
 //   --softcap C                   scores become C * tanh(s / C), C > 0
 //   --causal-align top-left|bottom-right   with --causal: where the diagonal sits when Sq != Sk
+//   --seqlens L1,L2,...           variable-length batch: the sequences packed as [total, H, D] (sets B, Sq, Sk)
 // Without a feature flag, the feature kernels that have an "off" (gqa with H_kv = H, window with no bound, align
 // top-left) run beside phase 3 step 3 on the same problem: what each feature costs when it is off. Split-KV decoding
 // runs whenever Sq <= SPLITKV_MAX_SQ and the problem is one it computes (no GQA, window or softcap; causal aligned
@@ -16,6 +17,7 @@
 //      build/bin/phase6_extensions --H 8 --H-kv 2 --causal
 //      build/bin/phase6_extensions --S 4096 --window 256,0 --causal
 //      build/bin/phase6_extensions --Sq 130 --Sk 100 --causal --causal-align bottom-right
+//      build/bin/phase6_extensions --seqlens 3,17,1000,130 --H 4 --causal
 //      build/bin/phase6_extensions --impl cuda --B 4 --H 32 --Sq 1 --Sk 131072 --D 128 --check-heads 2
 #include "extensions.h"
 #include "oracle_ext.h"
@@ -46,6 +48,9 @@ static const fa_cli_spec SPEC = {
 typedef struct {
     ext_options e;
     int has_H_kv, has_window, has_softcap, has_align;
+    int64_t n_seqs;          // --seqlens: the number of sequences (0: not a varlen run)
+    int64_t *cu_seqlens;     // ... and their cumulative offsets, n_seqs + 1 entries
+    int has_size_flag;       // --B, --S, --Sq or --Sk was given (--seqlens sets them)
 } ext_flags;
 
 static void print_ext_help(void) {
@@ -55,6 +60,8 @@ static void print_ext_help(void) {
     printf("  --softcap C    softcapping: scores become C * tanh(s / C) before the softmax (C > 0)\n");
     printf("  --causal-align top-left|bottom-right   with --causal: row i sees keys j <= i (top-left) or\n"
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
+    printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
+           "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
            SPLITKV_KEYS_PER_SPLIT);
 }
@@ -87,14 +94,39 @@ static void parse_softcap(const char *text, ext_options *e) {
     e->softcap = (float)c;
 }
 
+// --seqlens 3,17,1000: lengths >= 1, at most FA_MAX_DIM tokens in all.
+static void parse_seqlens(const char *text, ext_flags *f) {
+    int64_t n = 1;
+    for (const char *c = text; *c; c++) n += *c == ',';
+    f->cu_seqlens = malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (!f->cu_seqlens) fa_die("out of host memory: --seqlens");
+    f->cu_seqlens[0] = 0;
+    const char *item = text;
+    for (int64_t b = 0; b < n; b++) {
+        const char *end = strchr(item, ',');
+        const size_t len = end ? (size_t)(end - item) : strlen(item);
+        char number[32];
+        if (len == 0 || len >= sizeof number) fa_die("--seqlens expects lengths separated by commas, got '%s'", text);
+        memcpy(number, item, len);
+        number[len] = '\0';
+        const int64_t L = parse_int64("--seqlens", number);
+        if (L < 1 || L > FA_MAX_DIM - f->cu_seqlens[b])
+            fa_die("--seqlens: every length must be at least 1 and the total at most %lld, got '%s'",
+                   (long long)FA_MAX_DIM, number);
+        f->cu_seqlens[b + 1] = f->cu_seqlens[b] + L;
+        item = end ? end + 1 : item + len;
+    }
+    f->n_seqs = n;
+}
+
 // Takes the phase-6 flags (as --flag VALUE or --flag=VALUE) out of argv; returns the new argc.
 static int take_ext_flags(int argc, char **argv, ext_flags *f) {
-    static const char *const NAMES[] = {"--H-kv", "--window", "--softcap", "--causal-align"};
+    static const char *const NAMES[] = {"--H-kv", "--window", "--softcap", "--causal-align", "--seqlens"};
     int kept = 1;
     for (int a = 1; a < argc; a++) {
         int which = -1;
         const char *value = NULL;
-        for (int n = 0; n < 4; n++) {
+        for (int n = 0; n < 5; n++) {
             const size_t len = strlen(NAMES[n]);
             if (strcmp(argv[a], NAMES[n]) == 0) {
                 if (a + 1 >= argc) fa_die("%s needs a value (see --help)", NAMES[n]);
@@ -105,6 +137,11 @@ static int take_ext_flags(int argc, char **argv, ext_flags *f) {
         }
         if (which < 0) {
             if (strcmp(argv[a], "--help") == 0) print_ext_help();
+            static const char *const SIZES[] = {"--B", "--S", "--Sq", "--Sk"};
+            for (int n = 0; n < 4; n++)
+                if (strncmp(argv[a], SIZES[n], strlen(SIZES[n])) == 0 &&
+                    (argv[a][strlen(SIZES[n])] == '\0' || argv[a][strlen(SIZES[n])] == '='))
+                    f->has_size_flag = 1;
             argv[kept++] = argv[a];
             continue;
         }
@@ -116,7 +153,8 @@ static int take_ext_flags(int argc, char **argv, ext_flags *f) {
             break;
         case 1: parse_window(value, &f->e); f->has_window = 1; break;
         case 2: parse_softcap(value, &f->e); f->has_softcap = 1; break;
-        default:
+        case 4: parse_seqlens(value, f); break;
+        case 3:
             if (strcmp(value, "top-left") == 0) f->e.bottom_right = 0;
             else if (strcmp(value, "bottom-right") == 0) f->e.bottom_right = 1;
             else fa_die("--causal-align expects top-left or bottom-right, got '%s'", value);
@@ -134,9 +172,12 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
     if (f->e.H_kv > s->H || s->H % f->e.H_kv != 0)
         fa_die("--H-kv %lld must divide --H %lld (each K/V head serves H / H_kv query heads)", (long long)f->e.H_kv,
                (long long)s->H);
-    if (f->has_H_kv + f->has_window + f->has_softcap + f->has_align > 1)
-        fa_die("give one of --H-kv, --window, --softcap, --causal-align per run: each feature is its own kernel "
-               "(phase6_extensions/*_cpu.c), a short diff from phase 3 step 3");
+    if (f->has_H_kv + f->has_window + f->has_softcap + f->has_align + (f->n_seqs > 0) > 1)
+        fa_die("give one of --H-kv, --window, --softcap, --causal-align, --seqlens per run: each feature is its own "
+               "kernel (phase6_extensions/*_cpu.c), a short diff from phase 3 step 3");
+    if (f->n_seqs && f->has_size_flag)
+        fa_die("--seqlens sets B (the number of sequences) and Sq = Sk (each one's length): give no --B, --S, --Sq "
+               "or --Sk with it");
     if (f->has_align && !s->causal) fa_die("--causal-align applies to --causal attention only");
     if (s->causal && f->e.window_right > 0)
         fa_die("--causal with --window %lld,%lld: causal is the window (LEFT, 0), so RIGHT must be 0 or -1",
@@ -147,9 +188,9 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
 }
 
 // --- The rows: one per kernel. ----------------------------------------------------------------------------------
-enum { ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, N_ROW_KINDS };
+enum { ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, N_ROW_KINDS };
 static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
-                                                    "split-kv"};
+                                                    "split-kv", "varlen"};
 
 typedef struct {
     int kind;
@@ -158,8 +199,13 @@ typedef struct {
     int block_m, block_n;
     const float *q, *k, *v;
     float *o, *lse, *partials;
+    const int64_t *cu_seqlens, *cu_q_tiles;   // varlen (host or device)
+    int64_t n_q_tiles;                        // varlen: cu_q_tiles[B]
     int64_t tiles_visited;   // CPU tile kernels: (Q tile, K tile) pairs processed
 } row_args;
+
+// The packed [total, H, D] layout of a varlen run, as strides (stride b unused: sequences start at cu_seqlens).
+static fa_strides packed_strides(const fa_shape *s) { return (fa_strides){0, s->D, s->H * s->D, 1}; }
 
 static void run_cpu(void *p) {
     row_args *a = p;
@@ -187,6 +233,12 @@ static void run_cpu(void *p) {
         flash_forward_align_cpu(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
                                 &a->tiles_visited);
         break;
+    case ROW_VARLEN: {
+        const fa_strides ps = packed_strides(s);
+        flash_forward_varlen_cpu(s, a->cu_seqlens, a->cu_q_tiles, bm, bn, a->q, ps, a->k, ps, a->v, ps, a->o, ps,
+                                 a->lse, NULL, &a->tiles_visited);
+        break;
+    }
     default: flash_decode_splitkv_cpu(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
     }
 }
@@ -213,6 +265,12 @@ static void run_cuda(void *p) {
     case ROW_ALIGN:
         flash_forward_align_cuda(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
         break;
+    case ROW_VARLEN: {
+        const fa_strides ps = packed_strides(s);
+        flash_forward_varlen_cuda(s, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, bm, bn, a->q, ps, a->k, ps, a->v,
+                                  ps, a->o, ps, a->lse, NULL);
+        break;
+    }
     default: flash_decode_splitkv_cuda(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
     }
 }
@@ -222,6 +280,10 @@ static void run_cuda(void *p) {
 static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW_KINDS]) {
     const fa_shape *s = &opt->shape;
     const ext_options *e = &f->e;
+    if (f->n_seqs) {   // a varlen run is the varlen kernel alone (its layout is its own)
+        for (int kind = 0; kind < N_ROW_KINDS; kind++) run[kind] = kind == ROW_VARLEN;
+        return;
+    }
     const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align;
     const int gqa_on = e->H_kv != s->H, window_on = e->window_left >= 0 || (!s->causal && e->window_right >= 0);
     // The diagonal moves only when the alignment is bottom-right, the attention causal and Sq != Sk.
@@ -233,14 +295,14 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
     run[ROW_SOFTCAP] = f->has_softcap;
     run[ROW_ALIGN] = no_flag || f->has_align;
     // Split-KV: a decode-sized Sq, and a problem it computes (its causal mask is aligned bottom-right).
+    run[ROW_VARLEN] = 0;
     run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap &&
                        (!s->causal || e->bottom_right || s->Sq == s->Sk);
 }
 
 // Inputs from --seed, as fa_make_inputs makes them (the same streams): Q [B, H, Sq, D], K and V [B, H_kv, Sk, D].
-static void make_inputs(const fa_options *opt, const ext_options *e, fa_inputs *in) {
-    const fa_shape *s = &opt->shape;
-    const int64_t n_q = fa_numel_q(s), n_kv = s->B * e->H_kv * s->Sk * s->D;
+// (Varlen: n_q = n_kv = total * H * D.)
+static void make_inputs(const fa_options *opt, int64_t n_q, int64_t n_kv, fa_inputs *in) {
     memset(in, 0, sizeof *in);
     in->q = fa_alloc_floats(n_q, "Q");
     in->k = fa_alloc_floats(n_kv, "K");
@@ -289,6 +351,45 @@ static void make_reference(const fa_options *opt, const ext_options *e, const fa
     free(kv_heads);
 }
 
+// The varlen oracle: every head of the query tokens --check-heads (which counts tokens here) or the time budget
+// selects; O and LSE are checked as (1, total, H, D) and (1, total, H, 1), so the oracle's sample is a sample of
+// tokens (the check's "heads"), and every head of a sampled token is compared.
+static void make_reference_varlen(const fa_options *opt, const ext_flags *f, const fa_inputs *in, fa_reference *ref,
+                                  fa_report *report) {
+    const fa_shape *s = &opt->shape;   // B sequences, Sq = Sk = total tokens
+    const int64_t total = s->Sq, n = total * s->H * s->D;
+    memset(ref, 0, sizeof *ref);
+    ref->heads = malloc((size_t)total);
+    if (!ref->heads) fa_die("out of host memory: the oracle's token mask");
+    const double per_token = 4.0 * (double)total / (double)f->n_seqs * (double)s->H * (double)s->D * 2.0;
+    const int64_t count = fa_heads_to_check(opt, per_token);
+    fa_choose_heads(ref->heads, total, count);
+    ref->heads_checked = (int)(s->B * s->H);
+    fa_report_add_note(report, "varlen: the oracle checks %lld of %lld query tokens, every head of each",
+                       (long long)(count < total ? count : total), (long long)total);
+    // fa_tolerance_for_inputs reads numel_q and numel_kv elements through its shape: one "sequence" of all tokens.
+    fa_shape tol_shape = *s;
+    tol_shape.B = 1;
+    ref->tol_forward = fa_tolerance_for_inputs(&tol_shape, in, FA_TOL_FORWARD);
+
+    fprintf(stderr, "oracle: float64 reference for %lld of %lld query tokens...", (long long)(count < total ? count : total),
+            (long long)total);
+    fflush(stderr);
+    fa_set_threads(opt->threads);
+    fa_shape token_shape = *s;   // the oracle's arrays as [total "heads", H * D] and [total, H]
+    token_shape.B = 1;
+    token_shape.H = total;
+    double *q = fa_to_double(in->q, n, "oracle Q"), *k = fa_to_double(in->k, n, "oracle K");
+    double *v = fa_to_double(in->v, n, "oracle V");
+    ref->o = fa_oracle_alloc_heads(&token_shape, ref->heads, s->H * s->D, "oracle O");
+    ref->lse = fa_oracle_alloc_heads(&token_shape, ref->heads, s->H, "oracle LSE");
+    ext_oracle_varlen(s, f->cu_seqlens, q, k, v, ref->heads, ref->o, ref->lse, &ref->scale);
+    fprintf(stderr, " done\n");
+    free(q);
+    free(k);
+    free(v);
+}
+
 // Where the rows of one device read and write.
 typedef struct {
     int is_cuda;
@@ -296,18 +397,25 @@ typedef struct {
     float *o, *lse, *partials;     // host or device
     float *o_host, *lse_host;      // where fa_check_and_time brings the results
     double upload_ms;
+    const int64_t *cu_seqlens, *cu_q_tiles;   // varlen, on this device
 } device_buffers;
 
-static void run_row(fa_report *report, const fa_options *opt, const ext_options *e, const fa_reference *ref,
+// What a run computes beyond opt->shape: the features, its FLOPs, and for varlen the tile count.
+typedef struct {
+    const ext_options *e;
+    double flops;          // 4 * D * the (query, key) pairs the mask lets through, for every row alike
+    int64_t n_q_tiles;     // varlen: the real Q tiles of the batch
+} problem;
+
+static void run_row(fa_report *report, const fa_options *opt, const problem *p, const fa_reference *ref,
                     const device_buffers *dev, int kind) {
     const fa_shape *s = &opt->shape;
-    row_args args = {.kind = kind, .shape = s, .e = e, .block_m = opt->block_m, .block_n = opt->block_n,
+    row_args args = {.kind = kind, .shape = s, .e = p->e, .block_m = opt->block_m, .block_n = opt->block_n,
                      .q = dev->q, .k = dev->k, .v = dev->v, .o = dev->o, .lse = dev->lse,
-                     .partials = dev->partials};
-    // FLOPs of the pairs the mask lets through (the same count for every row, so GFLOP/s compare directly).
-    fa_implementation impl = {.label = ROW_LABELS[kind], .is_cuda = dev->is_cuda, .ctx = &args,
-                              .flops = 4.0 * (double)s->D * ext_visible_pairs(s, e), .causal = s->causal,
-                              .upload_ms = dev->upload_ms};
+                     .partials = dev->partials, .cu_seqlens = dev->cu_seqlens, .cu_q_tiles = dev->cu_q_tiles,
+                     .n_q_tiles = p->n_q_tiles};
+    fa_implementation impl = {.label = ROW_LABELS[kind], .is_cuda = dev->is_cuda, .ctx = &args, .flops = p->flops,
+                              .causal = s->causal, .upload_ms = dev->upload_ms};
 #if FA_HAVE_CUDA
     impl.run = dev->is_cuda ? run_cuda : run_cpu;
 #else
@@ -323,11 +431,22 @@ static void run_row(fa_report *report, const fa_options *opt, const ext_options 
             dev->is_cuda ? 0 : flash_forward_lse_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.extra_what = dev->is_cuda ? "tiles in shared memory" : "per-thread tiles";
     }
-    fa_forward_outputs(&impl, s, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
-                       dev->is_cuda ? dev->lse : NULL);
+    if (kind == ROW_VARLEN) {   // packed O [total, H, D] and LSE [total, H] (make_reference_varlen)
+        impl.n_outputs = 2;
+        impl.outputs[0] = (fa_output){"O", dev->o_host, dev->is_cuda ? dev->o : NULL, {1, s->Sq, s->H, s->D},
+                                      ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0};
+        impl.outputs[1] = (fa_output){"LSE", dev->lse_host, dev->is_cuda ? dev->lse : NULL, {1, s->Sq, s->H, 1},
+                                      ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0};
+    } else {
+        fa_forward_outputs(&impl, s, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
+                           dev->is_cuda ? dev->lse : NULL);
+    }
     fa_check_and_time(report, opt, ref, &impl);
 
     // What the window's pruning saved, counted by the CPU kernel itself.
+    if (!dev->is_cuda && kind == ROW_VARLEN)
+        fa_report_add_note(report, "varlen: the grid is the batch's %lld real Q tiles per head; the kernel processed "
+                           "%lld (Q tile, K tile) pairs", (long long)p->n_q_tiles, (long long)args.tiles_visited);
     if (!dev->is_cuda && kind == ROW_WINDOW) {
         const int64_t q_tiles = (s->Sq + opt->block_m - 1) / opt->block_m;
         const int64_t k_tiles = (s->Sk + opt->block_n - 1) / opt->block_n;
@@ -358,10 +477,33 @@ static void note_splitkv_bandwidth(fa_report *report, const fa_options *opt, con
                            phase3_ms / split_ms);
 }
 
-static void run_device(fa_report *report, const fa_options *opt, const ext_options *e, const fa_reference *ref,
+static void run_device(fa_report *report, const fa_options *opt, const problem *p, const fa_reference *ref,
                        const device_buffers *dev, const int run[N_ROW_KINDS]) {
     for (int kind = 0; kind < N_ROW_KINDS; kind++)
-        if (run[kind]) run_row(report, opt, e, ref, dev, kind);
+        if (run[kind]) run_row(report, opt, p, ref, dev, kind);
+}
+
+// Varlen: the packed batch as a shape (B sequences, Sq = Sk = total tokens), its real Q tiles, and its FLOPs: the
+// pairs each sequence's own mask lets through.
+static void setup_varlen(fa_options *opt, const ext_flags *f, problem *p, int64_t **cu_q_tiles, fa_report *report) {
+    fa_shape *s = &opt->shape;
+    s->B = f->n_seqs;
+    s->Sq = s->Sk = f->cu_seqlens[f->n_seqs];
+    *cu_q_tiles = malloc((size_t)(f->n_seqs + 1) * sizeof(int64_t));
+    if (!*cu_q_tiles) fa_die("out of host memory: the varlen tile table");
+    varlen_q_tiles(f->n_seqs, f->cu_seqlens, opt->block_m, *cu_q_tiles);
+    p->n_q_tiles = (*cu_q_tiles)[f->n_seqs];
+    double pairs = 0.0;
+    int64_t longest = 0;
+    for (int64_t b = 0; b < f->n_seqs; b++) {
+        const double L = (double)(f->cu_seqlens[b + 1] - f->cu_seqlens[b]);
+        pairs += s->causal ? L * (L + 1.0) / 2.0 : L * L;
+        if (L > longest) longest = (int64_t)L;
+    }
+    p->flops = 4.0 * (double)s->D * (double)s->H * pairs;
+    fa_report_add_note(report, "varlen: %lld sequences, %lld tokens packed as [total, H, D]; padded, the batch would "
+                       "be B=%lld S=%lld (phase3_forward_4d --step 3)", (long long)f->n_seqs, (long long)s->Sq,
+                       (long long)f->n_seqs, (long long)longest);
 }
 
 int main(int argc, char **argv) {
@@ -377,41 +519,63 @@ int main(int argc, char **argv) {
     int run[N_ROW_KINDS];
     choose_rows(&opt, &flags, run);
 
+    problem prob = {.e = e};
+    int64_t *cu_q_tiles = NULL;
     fa_report report;
     fa_report_init(&report, SPEC.program, &opt);
+    if (flags.n_seqs) {
+        setup_varlen(&opt, &flags, &prob, &cu_q_tiles, &report);
+        report.shape = opt.shape;
+    } else {
+        prob.flops = 4.0 * (double)opt.shape.D * ext_visible_pairs(&opt.shape, e);
+        fa_report_add_note(&report, "features: H_kv %lld, window (%lld, %lld), softcap %g, causal alignment %s",
+                           (long long)e->H_kv, (long long)e->window_left, (long long)e->window_right,
+                           (double)e->softcap, e->bottom_right ? "bottom-right" : "top-left");
+    }
     const int use_gpu = fa_use_gpu(&opt, &report);
-    fa_report_add_note(&report, "features: H_kv %lld, window (%lld, %lld), softcap %g, causal alignment %s",
-                       (long long)e->H_kv, (long long)e->window_left, (long long)e->window_right, (double)e->softcap,
-                       e->bottom_right ? "bottom-right" : "top-left");
 
-    fa_inputs in;
-    make_inputs(&opt, e, &in);
-    fa_reference ref;
-    make_reference(&opt, e, &in, &ref);
-
+    // Element counts: Q and O, K and V, LSE (varlen: all packed, total * H rows).
     const fa_shape *s = &opt.shape;
-    const int64_t n_kv = s->B * e->H_kv * s->Sk * s->D, n_partials = run[ROW_SPLITKV] ? splitkv_partial_floats(s) : 0;
-    float *o = fa_alloc_floats(fa_numel_q(s), "O");
-    float *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
+    const int64_t n_q = flags.n_seqs ? s->Sq * s->H * s->D : fa_numel_q(s);
+    const int64_t n_kv = flags.n_seqs ? n_q : s->B * e->H_kv * s->Sk * s->D;
+    const int64_t n_lse = flags.n_seqs ? s->Sq * s->H : fa_numel_lse(s);
+    const int64_t n_partials = run[ROW_SPLITKV] ? splitkv_partial_floats(s) : 0;
+    fa_inputs in;
+    make_inputs(&opt, n_q, n_kv, &in);
+    fa_reference ref;
+    if (flags.n_seqs) make_reference_varlen(&opt, &flags, &in, &ref, &report);
+    else make_reference(&opt, e, &in, &ref);
+
+    float *o = fa_alloc_floats(n_q, "O");
+    float *lse = fa_alloc_floats(n_lse, "LSE");
     if (opt.impl & FA_IMPL_CPU) {
         float *partials = n_partials ? fa_alloc_floats(n_partials, "split-KV partials") : NULL;
-        const device_buffers cpu = {0, in.q, in.k, in.v, o, lse, partials, o, lse, 0.0};
-        run_device(&report, &opt, e, &ref, &cpu, run);
+        const device_buffers cpu = {0, in.q, in.k, in.v, o, lse, partials, o, lse, 0.0, flags.cu_seqlens,
+                                    cu_q_tiles};
+        run_device(&report, &opt, &prob, &ref, &cpu, run);
         free(partials);
     }
 #if FA_HAVE_CUDA
     if (use_gpu) {
-        float *q_dev = fa_gpu_alloc(fa_numel_q(s), "Q"), *k_dev = fa_gpu_alloc(n_kv, "K");
-        float *v_dev = fa_gpu_alloc(n_kv, "V");
-        float *o_dev = fa_gpu_alloc(fa_numel_q(s), "O"), *lse_dev = fa_gpu_alloc(fa_numel_lse(s), "LSE");
+        float *q_dev = fa_gpu_alloc(n_q, "Q"), *k_dev = fa_gpu_alloc(n_kv, "K"), *v_dev = fa_gpu_alloc(n_kv, "V");
+        float *o_dev = fa_gpu_alloc(n_q, "O"), *lse_dev = fa_gpu_alloc(n_lse, "LSE");
         float *partials_dev = n_partials ? fa_gpu_alloc(n_partials, "split-KV partials") : NULL;
+        // The varlen tables are int64; fa_gpu_alloc and fa_gpu_upload count floats and copy bytes: 2 floats each.
+        const int64_t table_floats = flags.n_seqs ? 2 * (flags.n_seqs + 1) : 0;
+        float *cu_seqlens_dev = table_floats ? fa_gpu_alloc(table_floats, "cu_seqlens") : NULL;
+        float *cu_q_tiles_dev = table_floats ? fa_gpu_alloc(table_floats, "the varlen tile table") : NULL;
         const double start = fa_now_ms();
-        fa_gpu_upload(q_dev, in.q, fa_numel_q(s));
+        fa_gpu_upload(q_dev, in.q, n_q);
         fa_gpu_upload(k_dev, in.k, n_kv);
         fa_gpu_upload(v_dev, in.v, n_kv);
+        if (table_floats) {
+            fa_gpu_upload(cu_seqlens_dev, (const float *)flags.cu_seqlens, table_floats);
+            fa_gpu_upload(cu_q_tiles_dev, (const float *)cu_q_tiles, table_floats);
+        }
         const device_buffers gpu = {1, q_dev, k_dev, v_dev, o_dev, lse_dev, partials_dev, o, lse,
-                                    fa_now_ms() - start};
-        run_device(&report, &opt, e, &ref, &gpu, run);
+                                    fa_now_ms() - start, (const int64_t *)cu_seqlens_dev,
+                                    (const int64_t *)cu_q_tiles_dev};
+        run_device(&report, &opt, &prob, &ref, &gpu, run);
         note_splitkv_bandwidth(&report, &opt, e);
         fa_gpu_free(q_dev);
         fa_gpu_free(k_dev);
@@ -419,15 +583,18 @@ int main(int argc, char **argv) {
         fa_gpu_free(o_dev);
         fa_gpu_free(lse_dev);
         if (partials_dev) fa_gpu_free(partials_dev);
+        if (cu_seqlens_dev) fa_gpu_free(cu_seqlens_dev);
+        if (cu_q_tiles_dev) fa_gpu_free(cu_q_tiles_dev);
     }
 #else
     (void)use_gpu;
-    (void)n_kv;
 #endif
 
     const int status = fa_finish(&report, &opt);
     free(o);
     free(lse);
+    free(cu_q_tiles);
+    free(flags.cu_seqlens);
     fa_free_reference(&ref);
     fa_free_inputs(&in);
     return status;

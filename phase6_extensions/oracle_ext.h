@@ -18,6 +18,12 @@
 void ext_oracle_forward(const fa_shape *shape, const ext_options *e, const double *q, const double *k,
                         const double *v, const unsigned char *heads, double *o, double *lse, fa_magnitudes *mag);
 
+// Variable-length batches: q, k, v, o packed [total, H, D], lse [total, H], sequence b at tokens cu_seqlens[b] ..
+// cu_seqlens[b + 1] - 1 (shape->B sequences; its H, D, scale and causal apply). Only the query tokens marked in
+// `tokens` (total bytes, NULL = all) are computed.
+void ext_oracle_varlen(const fa_shape *shape, const int64_t *cu_seqlens, const double *q, const double *k,
+                       const double *v, const unsigned char *tokens, double *o, double *lse, fa_magnitudes *mag);
+
 // The (query, key) pairs the mask lets through, over all heads: the work a kernel that prunes perfectly does.
 double ext_visible_pairs(const fa_shape *shape, const ext_options *e);
 

@@ -2,7 +2,7 @@
 # Each feature on ragged shapes (sizes that are no multiple of the tiles), Sq != Sk both ways, with --causal where
 # the two combine; rows that see no key (a window past the last key, bottom-right alignment with Sq > Sk) must give
 # O = 0. Without a feature flag, the feature kernels run with the feature off beside phase 3 step 3. Split-KV runs
-# whenever Sq <= 16: one split and many, causal (bottom-right) and not.
+# whenever Sq <= 16: one split and many, causal (bottom-right) and not. Varlen packs sequences of 1 to 1000 tokens.
 set(phase6_shapes
   "off_B2_H3_Sq130_Sk100_D64|--B|2|--H|3|--Sq|130|--Sk|100|--D|64"
   "off_B2_H2_S200_D32_causal|--B|2|--H|2|--S|200|--D|32|--causal"
@@ -19,6 +19,10 @@ set(phase6_shapes
   "align_B2_H2_Sq130_Sk100_D64_bottomright_emptyrows|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal|--causal-align|bottom-right"
   "align_B2_H2_Sq100_Sk1000_D32_bottomright|--B|2|--H|2|--Sq|100|--Sk|1000|--D|32|--causal|--causal-align|bottom-right"
   "align_B1_H2_Sq100_Sk130_D16_topleft|--B|1|--H|2|--Sq|100|--Sk|130|--D|16|--causal|--causal-align|top-left"
+  "varlen_H4_D64_causal_3_17_1000_130|--seqlens|3,17,1000,130|--H|4|--D|64|--causal"
+  "varlen_H3_D32_1_64_65_200|--seqlens|1,64,65,200|--H|3|--D|32"
+  "varlen_H2_D128_300_7_129_tile64x64|--seqlens|300,7,129|--H|2|--D|128|--block-m|64|--block-n|64"
+  "varlen_H2_D16_one_sequence_causal_tile128x64|--seqlens|257|--H|2|--D|16|--causal|--block-m|128|--block-n|64"
   "splitkv_B2_H3_Sq1_Sk5000_D128|--B|2|--H|3|--Sq|1|--Sk|5000|--D|128"
   "splitkv_B2_H2_Sq7_Sk3000_D32_causal_bottomright|--B|2|--H|2|--Sq|7|--Sk|3000|--D|32|--causal|--causal-align|bottom-right"
   "splitkv_B1_H2_Sq16_Sk10_D16_causal_bottomright_emptyrows|--B|1|--H|2|--Sq|16|--Sk|10|--D|16|--causal|--causal-align|bottom-right"
@@ -37,6 +41,7 @@ set(phase6_cpu_shapes
   "window_B2_H1_Sq300_Sk100_D24_tile17x5_w3_3|--B|2|--H|1|--Sq|300|--Sk|100|--D|24|--block-m|17|--block-n|5|--window|3,3"
   "gqa_B1_H4_Hkv2_Sq50_Sk70_D48_tile40x24|--B|1|--H|4|--H-kv|2|--Sq|50|--Sk|70|--D|48|--block-m|40|--block-n|24"
   "align_B1_H2_Sq70_Sk33_D20_tile16x8_bottomright|--B|1|--H|2|--Sq|70|--Sk|33|--D|20|--block-m|16|--block-n|8|--causal|--causal-align|bottom-right"
+  "varlen_H2_D20_tile17x5_causal|--seqlens|5,40,1,33|--H|2|--D|20|--block-m|17|--block-n|5|--causal"
   "splitkv_B1_H2_Sq5_Sk2100_D7|--B|1|--H|2|--Sq|5|--Sk|2100|--D|7")
 foreach(entry ${phase6_cpu_shapes})
   string(REPLACE "|" ";" parts "${entry}")
@@ -47,6 +52,8 @@ endforeach()
 # GPU only, the benchmark shapes of docs/08-extensions.md (the CPU would take minutes).
 fa_add_check_test(NAME phase6_cuda_splitkv_B4_H32_Sq1_Sk32768_D128 LABEL phase6 BINARY phase6_extensions IMPL cuda
                   BIG ARGS --B 4 --H 32 --Sq 1 --Sk 32768 --D 128 --check-heads 2)
+fa_add_check_test(NAME phase6_cuda_varlen_H16_D64_causal LABEL phase6 BINARY phase6_extensions IMPL cuda BIG
+                  ARGS --seqlens 512,8192,100,3000,16384,7 --H 16 --D 64 --causal --check-heads 500)
 fa_add_check_test(NAME phase6_cuda_window_B1_H16_S16384_D64_w1024_causal LABEL phase6 BINARY phase6_extensions
                   IMPL cuda BIG ARGS --B 1 --H 16 --S 16384 --D 64 --window 1024,0 --causal --check-heads 2)
 
@@ -68,6 +75,12 @@ set(phase6_bad
   "two_features|--H|4|--H-kv|2|--softcap|30"
   "missing_value|--softcap"
   "save_dir|--save-dir|phase6_not_written"
+  "seqlens_zero|--seqlens|3,0,5"
+  "seqlens_empty_item|--seqlens|3,,5"
+  "seqlens_trailing_comma|--seqlens|3,5,"
+  "seqlens_text|--seqlens|3,x"
+  "seqlens_with_S|--seqlens|3,5|--S|8"
+  "seqlens_with_gqa|--seqlens|3,5|--H|4|--H-kv|2"
   "dropout_not_built|--dropout|0.1")
 foreach(entry ${phase6_bad})
   string(REPLACE "|" ";" parts "${entry}")
