@@ -58,7 +58,7 @@ FA_HOST_DEVICE static inline void ext_key_range(int causal, const ext_options *e
 
 // --- The window's tile rule (window_*), the sliding-window twin of causal_tile_stage (forward4d.h) ---------------
 // For the tile of rows q_start .. q_start + block_m - 1 and keys k_start .. k_start + block_n - 1 (cut at S_q, S_k):
-//   TILE_FUTURE    every key is past every row's band: the K-tile loop stops (later tiles lie further on);
+//   TILE_FUTURE    no row sees any key of it or of a later tile: the K-tile loop stops;
 //   TILE_FULL      every key is inside every row's band: compute, no mask;
 //   TILE_DIAGONAL  a band edge crosses the tile: compute, then mask each element.
 // Tiles wholly before every row's band are never reached: the loop starts at window_first_tile.
@@ -67,6 +67,9 @@ FA_HOST_DEVICE static inline int window_tile_stage(int64_t left, int64_t right, 
     const int64_t q_last = (q_start + block_m < S_q ? q_start + block_m : S_q) - 1;
     const int64_t k_last = (k_start + block_n < S_k ? k_start + block_n : S_k) - 1;
     if (right >= 0 && k_start > q_last + right) return TILE_FUTURE;
+    // Wholly before every row's band: the loop starts at the band (window_first_tile), so this is reached only when
+    // the band starts past the last key (S_q > S_k): the tile is the last one, its rows see no key, the loop ends.
+    if (left >= 0 && k_last < q_start - left) return TILE_FUTURE;
     const int inside_right = right < 0 || k_last <= q_start + right;   // for the tile's first row, so for all
     const int inside_left = left < 0 || k_start >= q_last - left;      // for the tile's last row, so for all
     return inside_right && inside_left ? TILE_FULL : TILE_DIAGONAL;

@@ -87,3 +87,9 @@ foreach(entry ${phase6_bad})
   list(POP_FRONT parts name)
   fa_add_bad_input_test(NAME phase6_bad_${name} LABEL phase6 BINARY phase6_extensions ARGS ${parts})
 endforeach()
+
+# The window's tile rule (window_tile_stage, window_first_tile) against a brute force over the elements.
+add_executable(test_phase6_tiles test_phase6_tiles.c)
+target_link_libraries(test_phase6_tiles PRIVATE phase6_extensions_kernels)
+add_test(NAME phase6_window_tiles COMMAND test_phase6_tiles)
+set_tests_properties(phase6_window_tiles PROPERTIES LABELS "phase6;cpu")
