@@ -8,6 +8,7 @@
 //   --softcap C                   scores become C * tanh(s / C), C > 0
 //   --causal-align top-left|bottom-right   with --causal: where the diagonal sits when Sq != Sk
 //   --seqlens L1,L2,...           variable-length batch: the sequences packed as [total, H, D] (sets B, Sq, Sk)
+//   --backward                    with --softcap: the feature's forward, then its backward (dQ, dK, dV)
 // Without a feature flag, the feature kernels that have an "off" (gqa with H_kv = H, window with no bound, align
 // top-left) run beside phase 3 step 3 on the same problem: what each feature costs when it is off. Split-KV decoding
 // runs whenever Sq <= SPLITKV_MAX_SQ and the problem is one it computes (no GQA, window or softcap; causal aligned
@@ -19,6 +20,7 @@
 //      build/bin/phase6_extensions --Sq 130 --Sk 100 --causal --causal-align bottom-right
 //      build/bin/phase6_extensions --seqlens 3,17,1000,130 --H 4 --causal
 //      build/bin/phase6_extensions --impl cuda --B 4 --H 32 --Sq 1 --Sk 131072 --D 128 --check-heads 2
+#include "backward_ext.h"
 #include "extensions.h"
 #include "oracle_ext.h"
 
@@ -51,6 +53,7 @@ typedef struct {
     int64_t n_seqs;          // --seqlens: the number of sequences (0: not a varlen run)
     int64_t *cu_seqlens;     // ... and their cumulative offsets, n_seqs + 1 entries
     int has_size_flag;       // --B, --S, --Sq or --Sk was given (--seqlens sets them)
+    int backward;            // --backward: the feature's backward pass too
 } ext_flags;
 
 static void print_ext_help(void) {
@@ -62,6 +65,7 @@ static void print_ext_help(void) {
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
     printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
            "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
+    printf("  --backward     with --softcap: its forward, then its backward (dQ, dK, dV; phase 4's passes with the cap)\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
            SPLITKV_KEYS_PER_SPLIT);
 }
@@ -135,6 +139,10 @@ static int take_ext_flags(int argc, char **argv, ext_flags *f) {
                 which = n, value = argv[a] + len + 1;
             }
         }
+        if (strcmp(argv[a], "--backward") == 0) {
+            f->backward = 1;
+            continue;
+        }
         if (which < 0) {
             if (strcmp(argv[a], "--help") == 0) print_ext_help();
             static const char *const SIZES[] = {"--B", "--S", "--Sq", "--Sk"};
@@ -179,6 +187,12 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
         fa_die("--seqlens sets B (the number of sequences) and Sq = Sk (each one's length): give no --B, --S, --Sq "
                "or --Sk with it");
     if (f->has_align && !s->causal) fa_die("--causal-align applies to --causal attention only");
+    if (f->backward && !f->has_softcap)
+        fa_die("--backward is built for --softcap (phase6_extensions/softcap_backward_*); the other features' "
+               "backward passes are not part of phase 6 yet");
+    if (f->backward && (opt->impl & FA_IMPL_CUDA) && !backward_cuda_supports_tiles(opt->block_m, opt->block_n))
+        fa_die("--backward on the GPU needs --block-m x --block-n in both the forward's (%s) and the backward's (%s) "
+               "lists (got %d x %d)", FLASH4D_CUDA_TILES_TEXT, BACKWARD_CUDA_TILES_TEXT, opt->block_m, opt->block_n);
     if (s->causal && f->e.window_right > 0)
         fa_die("--causal with --window %lld,%lld: causal is the window (LEFT, 0), so RIGHT must be 0 or -1",
                (long long)f->e.window_left, (long long)f->e.window_right);
@@ -188,9 +202,11 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
 }
 
 // --- The rows: one per kernel. ----------------------------------------------------------------------------------
-enum { ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, N_ROW_KINDS };
+enum {
+    ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, ROW_SOFTCAP_BACKWARD, N_ROW_KINDS
+};
 static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
-                                                    "split-kv", "varlen"};
+                                                    "split-kv", "varlen", "softcap backward"};
 
 typedef struct {
     int kind;
@@ -201,6 +217,8 @@ typedef struct {
     float *o, *lse, *partials;
     const int64_t *cu_seqlens, *cu_q_tiles;   // varlen (host or device)
     int64_t n_q_tiles;                        // varlen: cu_q_tiles[B]
+    float *lse_residual;                      // --backward: the forward's, for the backward
+    backward_tensors *bwd;                    // --backward: the backward's tensors (phase4_backward/backward.h)
     int64_t tiles_visited;   // CPU tile kernels: (Q tile, K tile) pairs processed
 } row_args;
 
@@ -226,8 +244,13 @@ static void run_cpu(void *p) {
                                  a->lse, NULL, &a->tiles_visited);
         break;
     case ROW_SOFTCAP:
-        flash_forward_softcap_cpu(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
-                                  &a->tiles_visited);
+        flash_forward_softcap_cpu(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
+                                  a->lse_residual, &a->tiles_visited);
+        break;
+    case ROW_SOFTCAP_BACKWARD:   // phase 4's plan: Delta, then dK and dV, then dQ (deterministic)
+        backward_preprocess_cpu(s, a->bwd, 0);
+        backward_dkdv_softcap_cpu(s, e->softcap, bm, bn, a->bwd, 0);
+        backward_dq_softcap_cpu(s, e->softcap, bm, bn, a->bwd);
         break;
     case ROW_ALIGN:
         flash_forward_align_cpu(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
@@ -260,7 +283,13 @@ static void run_cuda(void *p) {
                                   a->lse, NULL);
         break;
     case ROW_SOFTCAP:
-        flash_forward_softcap_cuda(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+        flash_forward_softcap_cuda(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
+                                   a->lse_residual);
+        break;
+    case ROW_SOFTCAP_BACKWARD:
+        backward_preprocess_cuda(s, a->bwd, 0);
+        backward_dkdv_softcap_cuda(s, e->softcap, bm, bn, a->bwd, 0);
+        backward_dq_softcap_cuda(s, e->softcap, bm, bn, a->bwd);
         break;
     case ROW_ALIGN:
         flash_forward_align_cuda(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
@@ -284,6 +313,10 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
         for (int kind = 0; kind < N_ROW_KINDS; kind++) run[kind] = kind == ROW_VARLEN;
         return;
     }
+    if (f->backward) {   // the forward (which also makes O and LSE for the backward), then the backward
+        for (int kind = 0; kind < N_ROW_KINDS; kind++) run[kind] = kind == ROW_SOFTCAP || kind == ROW_SOFTCAP_BACKWARD;
+        return;
+    }
     const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align;
     const int gqa_on = e->H_kv != s->H, window_on = e->window_left >= 0 || (!s->causal && e->window_right >= 0);
     // The diagonal moves only when the alignment is bottom-right, the attention causal and Sq != Sk.
@@ -295,15 +328,19 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
     run[ROW_SOFTCAP] = f->has_softcap;
     run[ROW_ALIGN] = no_flag || f->has_align;
     // Split-KV: a decode-sized Sq, and a problem it computes (its causal mask is aligned bottom-right).
-    run[ROW_VARLEN] = 0;
+    run[ROW_VARLEN] = run[ROW_SOFTCAP_BACKWARD] = 0;
     run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap &&
                        (!s->causal || e->bottom_right || s->Sq == s->Sk);
 }
 
 // Inputs from --seed, as fa_make_inputs makes them (the same streams): Q [B, H, Sq, D], K and V [B, H_kv, Sk, D].
 // (Varlen: n_q = n_kv = total * H * D.)
-static void make_inputs(const fa_options *opt, int64_t n_q, int64_t n_kv, fa_inputs *in) {
+static void make_inputs(const fa_options *opt, int64_t n_q, int64_t n_kv, int with_dout, fa_inputs *in) {
     memset(in, 0, sizeof *in);
+    if (with_dout) {
+        in->dout = fa_alloc_floats(n_q, "dO");
+        fa_fill_random(in->dout, n_q, opt->seed, FA_STREAM_DO, 1.0f);
+    }
     in->q = fa_alloc_floats(n_q, "Q");
     in->k = fa_alloc_floats(n_kv, "K");
     in->v = fa_alloc_floats(n_kv, "V");
@@ -314,24 +351,31 @@ static void make_inputs(const fa_options *opt, int64_t n_q, int64_t n_kv, fa_inp
 
 // The phase-6 oracle on the heads --check-heads (or the time budget) selects, and the scales and tolerance of the
 // checks, as fa_make_reference gives them in phases 1-5.
-static void make_reference(const fa_options *opt, const ext_options *e, const fa_inputs *in, fa_reference *ref) {
+static void make_reference(const fa_options *opt, const ext_options *e, const fa_inputs *in, int backward,
+                           fa_reference *ref) {
     const fa_shape *s = &opt->shape;
     const int64_t BH = s->B * s->H, group = s->H / e->H_kv;
     memset(ref, 0, sizeof *ref);
     ref->heads = malloc((size_t)BH);
     unsigned char *kv_heads = calloc((size_t)(s->B * e->H_kv), 1);
     if (!ref->heads || !kv_heads) fa_die("out of host memory: the oracle's head masks");
-    const int64_t count = fa_heads_to_check(opt, 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * 2.0);
-    fa_choose_heads(ref->heads, BH, count);
-    ref->heads_checked = (int)(count < BH ? count : BH);
+    const double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 6.0 : 2.0);
+    fa_choose_heads(ref->heads, BH, fa_heads_to_check(opt, per_head));
     for (int64_t bh = 0; bh < BH; bh++)
         if (ref->heads[bh]) kv_heads[bh / s->H * e->H_kv + bh % s->H / group] = 1;
+    // A GQA group is checked whole or not at all (the backward's dK and dV of a K/V head sum over its group).
+    ref->heads_checked = 0;
+    for (int64_t bh = 0; bh < BH; bh++) {
+        ref->heads[bh] = kv_heads[bh / s->H * e->H_kv + bh % s->H / group];
+        ref->heads_checked += ref->heads[bh];
+    }
     // fa_tolerance_for_inputs reads the numel_q elements of Q and the numel_kv of K that its shape gives; with GQA,
     // K has H_kv heads: this shape has K's heads and the same number of Q elements (H / H_kv times the rows).
     fa_shape tol_shape = *s;
     tol_shape.H = e->H_kv;
     tol_shape.Sq = s->Sq * group;
     ref->tol_forward = fa_tolerance_for_inputs(&tol_shape, in, FA_TOL_FORWARD);
+    ref->tol_backward = fmax(FA_TOL_BACKWARD, ref->tol_forward);   // as fa_make_reference sets it
 
     fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
     fflush(stderr);
@@ -344,6 +388,15 @@ static void make_reference(const fa_options *opt, const ext_options *e, const fa
     ref->o = fa_oracle_alloc_heads(s, ref->heads, s->Sq * s->D, "oracle O");
     ref->lse = fa_oracle_alloc_heads(s, ref->heads, s->Sq, "oracle LSE");
     ext_oracle_forward(s, e, q, k, v, ref->heads, ref->o, ref->lse, &ref->scale);
+    if (backward) {
+        double *dout = fa_oracle_heads_to_double(in->dout, s, ref->heads, s->Sq * s->D, "oracle dO");
+        ref->dq = fa_oracle_alloc_heads(s, ref->heads, s->Sq * s->D, "oracle dQ");
+        ref->dk = fa_oracle_alloc_heads(&kv_shape, kv_heads, s->Sk * s->D, "oracle dK");
+        ref->dv = fa_oracle_alloc_heads(&kv_shape, kv_heads, s->Sk * s->D, "oracle dV");
+        ext_oracle_backward(s, e, q, k, v, dout, ref->o, ref->lse, ref->heads, ref->dq, ref->dk, ref->dv,
+                            &ref->scale);
+        free(dout);
+    }
     fprintf(stderr, " done\n");
     free(q);
     free(k);
@@ -398,6 +451,9 @@ typedef struct {
     float *o_host, *lse_host;      // where fa_check_and_time brings the results
     double upload_ms;
     const int64_t *cu_seqlens, *cu_q_tiles;   // varlen, on this device
+    float *lse_residual;                      // --backward: written by the forward, read by the backward
+    backward_tensors *bwd;                    // --backward: on this device
+    float *dq_host, *dk_host, *dv_host;       // --backward: where the gradients come back to
 } device_buffers;
 
 // What a run computes beyond opt->shape: the features, its FLOPs, and for varlen the tile count.
@@ -413,7 +469,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     row_args args = {.kind = kind, .shape = s, .e = p->e, .block_m = opt->block_m, .block_n = opt->block_n,
                      .q = dev->q, .k = dev->k, .v = dev->v, .o = dev->o, .lse = dev->lse,
                      .partials = dev->partials, .cu_seqlens = dev->cu_seqlens, .cu_q_tiles = dev->cu_q_tiles,
-                     .n_q_tiles = p->n_q_tiles};
+                     .n_q_tiles = p->n_q_tiles, .lse_residual = dev->lse_residual, .bwd = dev->bwd};
     fa_implementation impl = {.label = ROW_LABELS[kind], .is_cuda = dev->is_cuda, .ctx = &args, .flops = p->flops,
                               .causal = s->causal, .upload_ms = dev->upload_ms};
 #if FA_HAVE_CUDA
@@ -424,6 +480,16 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     if (kind == ROW_SPLITKV) {
         impl.extra_bytes = splitkv_partial_floats(s) * (int64_t)sizeof(float);
         impl.extra_what = "partial O, LSE";
+    } else if (kind == ROW_SOFTCAP_BACKWARD) {
+        const int64_t dkdv_bytes = backward_dkdv_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
+        const int64_t dq_bytes = backward_dq_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
+        impl.flops = 2.5 * p->flops;   // the suite's convention: the backward is 2.5 forwards
+        impl.backward = 1;
+        impl.block_m = opt->block_m;
+        impl.block_n = opt->block_n;
+        impl.extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float);
+        impl.extra_bytes_per_thread = dev->is_cuda ? 0 : dkdv_bytes > dq_bytes ? dkdv_bytes : dq_bytes;
+        impl.extra_what = dev->is_cuda ? "Delta" : "Delta, per-thread tiles";
     } else {
         impl.block_m = opt->block_m;
         impl.block_n = opt->block_n;
@@ -431,7 +497,21 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
             dev->is_cuda ? 0 : flash_forward_lse_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.extra_what = dev->is_cuda ? "tiles in shared memory" : "per-thread tiles";
     }
-    if (kind == ROW_VARLEN) {   // packed O [total, H, D] and LSE [total, H] (make_reference_varlen)
+    if (kind == ROW_SOFTCAP_BACKWARD) {
+        const backward_tensors *t = dev->bwd;
+        const int64_t dims_q[4] = {s->B, s->H, s->Sq, s->D}, dims_kv[4] = {s->B, p->e->H_kv, s->Sk, s->D};
+        impl.n_outputs = 3;
+        impl.outputs[0] = (fa_output){"dQ", dev->dq_host, dev->is_cuda ? t->dq : NULL, {0}, ref->dq,
+                                      ref->tol_backward, ref->scale.dq, NULL, 0.0};
+        impl.outputs[1] = (fa_output){"dK", dev->dk_host, dev->is_cuda ? t->dk : NULL, {0}, ref->dk,
+                                      ref->tol_backward, ref->scale.dk, NULL, 0.0};
+        impl.outputs[2] = (fa_output){"dV", dev->dv_host, dev->is_cuda ? t->dv : NULL, {0}, ref->dv,
+                                      ref->tol_backward, ref->scale.dv, NULL, 0.0};
+        for (int x = 0; x < 4; x++) {
+            impl.outputs[0].dims[x] = dims_q[x];
+            impl.outputs[1].dims[x] = impl.outputs[2].dims[x] = dims_kv[x];
+        }
+    } else if (kind == ROW_VARLEN) {   // packed O [total, H, D] and LSE [total, H] (make_reference_varlen)
         impl.n_outputs = 2;
         impl.outputs[0] = (fa_output){"O", dev->o_host, dev->is_cuda ? dev->o : NULL, {1, s->Sq, s->H, s->D},
                                       ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0};
@@ -481,6 +561,18 @@ static void run_device(fa_report *report, const fa_options *opt, const problem *
                        const device_buffers *dev, const int run[N_ROW_KINDS]) {
     for (int kind = 0; kind < N_ROW_KINDS; kind++)
         if (run[kind]) run_row(report, opt, p, ref, dev, kind);
+}
+
+// --backward: the backward's tensors on one device (phase4_backward/backward.h), all contiguous [B, H, S, D].
+static backward_tensors make_backward_tensors(const fa_shape *s, int64_t H_kv, const float *q, const float *k,
+                                              const float *v, const float *o, const float *lse,
+                                              const float *lse_residual, const float *dout, float *delta, float *dq,
+                                              float *dk, float *dv) {
+    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), skv = fa_strides_contiguous(H_kv, s->Sk, s->D);
+    return (backward_tensors){.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .q_strides = sq,
+                              .k_strides = skv, .v_strides = skv, .o_strides = sq, .do_strides = sq, .delta = delta,
+                              .dq = dq, .dk = dk, .dv = dv, .dq_strides = sq, .dk_strides = skv, .dv_strides = skv,
+                              .lse_residual = lse_residual};
 }
 
 // Varlen: the packed batch as a shape (B sequences, Sq = Sk = total tokens), its real Q tiles, and its FLOPs: the
@@ -541,17 +633,28 @@ int main(int argc, char **argv) {
     const int64_t n_lse = flags.n_seqs ? s->Sq * s->H : fa_numel_lse(s);
     const int64_t n_partials = run[ROW_SPLITKV] ? splitkv_partial_floats(s) : 0;
     fa_inputs in;
-    make_inputs(&opt, n_q, n_kv, &in);
+    make_inputs(&opt, n_q, n_kv, flags.backward, &in);
     fa_reference ref;
     if (flags.n_seqs) make_reference_varlen(&opt, &flags, &in, &ref, &report);
-    else make_reference(&opt, e, &in, &ref);
+    else make_reference(&opt, e, &in, flags.backward, &ref);
 
     float *o = fa_alloc_floats(n_q, "O");
     float *lse = fa_alloc_floats(n_lse, "LSE");
+    // --backward: the LSE residual the forward writes, Delta, and the gradients (the GPU's come back here too).
+    float *lse_residual = NULL, *delta = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    if (flags.backward) {
+        lse_residual = fa_alloc_floats(n_lse, "LSE residual");
+        delta = fa_alloc_floats(n_lse, "Delta");
+        dq = fa_alloc_floats(n_q, "dQ");
+        dk = fa_alloc_floats(n_kv, "dK");
+        dv = fa_alloc_floats(n_kv, "dV");
+    }
     if (opt.impl & FA_IMPL_CPU) {
         float *partials = n_partials ? fa_alloc_floats(n_partials, "split-KV partials") : NULL;
+        backward_tensors bwd = make_backward_tensors(s, e->H_kv, in.q, in.k, in.v, o, lse, lse_residual, in.dout,
+                                                     delta, dq, dk, dv);
         const device_buffers cpu = {0, in.q, in.k, in.v, o, lse, partials, o, lse, 0.0, flags.cu_seqlens,
-                                    cu_q_tiles};
+                                    cu_q_tiles, lse_residual, &bwd, dq, dk, dv};
         run_device(&report, &opt, &prob, &ref, &cpu, run);
         free(partials);
     }
@@ -572,10 +675,22 @@ int main(int argc, char **argv) {
             fa_gpu_upload(cu_seqlens_dev, (const float *)flags.cu_seqlens, table_floats);
             fa_gpu_upload(cu_q_tiles_dev, (const float *)cu_q_tiles, table_floats);
         }
+        // --backward: dO, and what the forward writes for the backward and the backward writes, on the GPU.
+        float *bwd_dev[6] = {NULL};   // dO, LSE residual, Delta, dQ, dK, dV
+        if (flags.backward) {
+            const int64_t counts[6] = {n_q, n_lse, n_lse, n_q, n_kv, n_kv};
+            static const char *const NAMES[6] = {"dO", "LSE residual", "Delta", "dQ", "dK", "dV"};
+            for (int x = 0; x < 6; x++) bwd_dev[x] = fa_gpu_alloc(counts[x], NAMES[x]);
+            fa_gpu_upload(bwd_dev[0], in.dout, n_q);
+        }
+        backward_tensors bwd = make_backward_tensors(s, e->H_kv, q_dev, k_dev, v_dev, o_dev, lse_dev, bwd_dev[1],
+                                                     bwd_dev[0], bwd_dev[2], bwd_dev[3], bwd_dev[4], bwd_dev[5]);
         const device_buffers gpu = {1, q_dev, k_dev, v_dev, o_dev, lse_dev, partials_dev, o, lse,
                                     fa_now_ms() - start, (const int64_t *)cu_seqlens_dev,
-                                    (const int64_t *)cu_q_tiles_dev};
+                                    (const int64_t *)cu_q_tiles_dev, bwd_dev[1], &bwd, dq, dk, dv};
         run_device(&report, &opt, &prob, &ref, &gpu, run);
+        for (int x = 0; x < 6; x++)
+            if (bwd_dev[x]) fa_gpu_free(bwd_dev[x]);
         note_splitkv_bandwidth(&report, &opt, e);
         fa_gpu_free(q_dev);
         fa_gpu_free(k_dev);
@@ -595,6 +710,11 @@ int main(int argc, char **argv) {
     free(lse);
     free(cu_q_tiles);
     free(flags.cu_seqlens);
+    free(lse_residual);
+    free(delta);
+    free(dq);
+    free(dk);
+    free(dv);
     fa_free_reference(&ref);
     fa_free_inputs(&in);
     return status;

@@ -24,6 +24,15 @@ void ext_oracle_forward(const fa_shape *shape, const ext_options *e, const doubl
 void ext_oracle_varlen(const fa_shape *shape, const int64_t *cu_seqlens, const double *q, const double *k,
                        const double *v, const unsigned char *tokens, double *o, double *lse, fa_magnitudes *mag);
 
+// The backward: dq [B, H, Sq, D], dk and dv [B, H_kv, Sk, D], from the forward's o and lse (ext_oracle_forward's)
+// and dout [B, H, Sq, D]: dS_ij = P_ij (dP_ij - Delta_i) times the slope of the cap (1 - tanh^2(S_ij / C); 1 without
+// softcapping), dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO, dK and dV summed over each K/V head's group.
+// `heads` marks query heads, a GQA group whole or not at all (dK and dV of a K/V head need its whole group). The
+// scales of dQ, dK, dV are fa_oracle_magnitudes' (fa_oracle.h), with the slope of the cap in every dS term.
+void ext_oracle_backward(const fa_shape *shape, const ext_options *e, const double *q, const double *k,
+                         const double *v, const double *dout, const double *o, const double *lse,
+                         const unsigned char *heads, double *dq, double *dk, double *dv, fa_magnitudes *mag);
+
 // The (query, key) pairs the mask lets through, over all heads: the work a kernel that prunes perfectly does.
 double ext_visible_pairs(const fa_shape *shape, const ext_options *e);
 
