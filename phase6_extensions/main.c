@@ -65,7 +65,7 @@ static void print_ext_help(void) {
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
     printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
            "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
-    printf("  --backward     with --softcap: its forward, then its backward (dQ, dK, dV; phase 4's passes with the cap)\n");
+    printf("  --backward     with --softcap: its forward, then its backward (dQ, dK, dV: phase 4's passes, capped)\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
            SPLITKV_KEYS_PER_SPLIT);
 }
@@ -425,8 +425,8 @@ static void make_reference_varlen(const fa_options *opt, const ext_flags *f, con
     tol_shape.B = 1;
     ref->tol_forward = fa_tolerance_for_inputs(&tol_shape, in, FA_TOL_FORWARD);
 
-    fprintf(stderr, "oracle: float64 reference for %lld of %lld query tokens...", (long long)(count < total ? count : total),
-            (long long)total);
+    fprintf(stderr, "oracle: float64 reference for %lld of %lld query tokens...",
+            (long long)(count < total ? count : total), (long long)total);
     fflush(stderr);
     fa_set_threads(opt->threads);
     fa_shape token_shape = *s;   // the oracle's arrays as [total "heads", H * D] and [total, H]

@@ -73,11 +73,13 @@ static dkdv_workspace workspace_alloc(int64_t BLOCK_M, int64_t BLOCK_N, int64_t 
     return w;
 }
 
-void backward_dkdv_softcap_cpu(const fa_shape *shape, float softcap, int block_m, int block_n, const backward_tensors *t, int atomic_dq) {
+void backward_dkdv_softcap_cpu(const fa_shape *shape, float softcap, int block_m, int block_n,
+                               const backward_tensors *t, int atomic_dq) {
     const int64_t H = shape->H, S_q = shape->Sq, S_k = shape->Sk, D = shape->D;
     const int64_t BLOCK_M = block_m, BLOCK_N = block_n;
     const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M, n_kv_tiles = (S_k + BLOCK_N - 1) / BLOCK_N;
-    const float scale = shape->scale, qk_scale = scale * LOG2E, cap2 = softcap * LOG2E;   // scores in base 2, as the forward has them
+    const float scale = shape->scale, qk_scale = scale * LOG2E;   // scores in base 2, as the forward has them
+    const float cap2 = softcap * LOG2E;   // softcapping, in base 2 as the scores are
     const int causal = shape->causal;
     const fa_strides sq = t->q_strides, sk = t->k_strides, sv = t->v_strides, sdo = t->do_strides;
 

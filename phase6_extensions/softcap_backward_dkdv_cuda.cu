@@ -36,8 +36,8 @@ struct DkdvShared {
 template <int D, int BLOCK_M, int BLOCK_N, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(BLOCK_N * RowSplit<D>::THREADS_PER_ROW,
                                   min_blocks_per_sm(BLOCK_N * RowSplit<D>::THREADS_PER_ROW))
-backward_softcap_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64_t S_k, float scale, int causal,
-                     float cap2) {
+backward_softcap_dkdv_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64_t S_k, float scale,
+                             int causal, float cap2) {
     constexpr int DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD, THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW;
     constexpr int THREADS = BLOCK_N * THREADS_PER_ROW;
     extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -194,7 +194,8 @@ static void launch_for_head_dim(const fa_shape *shape, float softcap, const back
 
 // The (BLOCK_M, BLOCK_N) pairs here are exactly backward_cuda_supports_tiles() in backward.h.
 template <bool ATOMIC_DQ>
-static void launch_for_tiles(const fa_shape *shape, float softcap, int block_m, int block_n, const backward_tensors *t) {
+static void launch_for_tiles(const fa_shape *shape, float softcap, int block_m, int block_n,
+                             const backward_tensors *t) {
     if (block_m == 64 && block_n == 64) launch_for_head_dim<64, 64, ATOMIC_DQ>(shape, softcap, t);
     else if (block_m == 32 && block_n == 64) launch_for_head_dim<32, 64, ATOMIC_DQ>(shape, softcap, t);
     else if (block_m == 64 && block_n == 32) launch_for_head_dim<64, 32, ATOMIC_DQ>(shape, softcap, t);
@@ -202,7 +203,8 @@ static void launch_for_tiles(const fa_shape *shape, float softcap, int block_m, 
                 block_n);
 }
 
-extern "C" void backward_dkdv_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n, const backward_tensors *t,
+extern "C" void backward_dkdv_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n,
+                                           const backward_tensors *t,
                                    int atomic_dq) {
     if (atomic_dq) launch_for_tiles<true>(shape, softcap, block_m, block_n, t);
     else launch_for_tiles<false>(shape, softcap, block_m, block_n, t);

@@ -26,8 +26,8 @@ struct DqShared {
 template <int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(BLOCK_M * RowSplit<D>::THREADS_PER_ROW,
                                   min_blocks_per_sm(BLOCK_M * RowSplit<D>::THREADS_PER_ROW))
-backward_softcap_dq_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64_t S_k, float scale, int causal,
-                     float cap2) {
+backward_softcap_dq_kernel(backward_tensors t, int64_t H, int64_t BH, int64_t S_q, int64_t S_k, float scale,
+                             int causal, float cap2) {
     constexpr int DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD, THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -141,7 +141,8 @@ static void launch_for_head_dim(const fa_shape *shape, float softcap, const back
 }
 
 // The (BLOCK_M, BLOCK_N) pairs here are exactly backward_cuda_supports_tiles() in backward.h.
-extern "C" void backward_dq_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n, const backward_tensors *t) {
+extern "C" void backward_dq_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n,
+                                         const backward_tensors *t) {
     if (block_m == 64 && block_n == 64) launch_for_head_dim<64, 64>(shape, softcap, t);
     else if (block_m == 32 && block_n == 64) launch_for_head_dim<32, 64>(shape, softcap, t);
     else if (block_m == 64 && block_n == 32) launch_for_head_dim<64, 32>(shape, softcap, t);
