@@ -38,8 +38,9 @@ static const int CUDA_HEAD_DIMS[] = FLASH4D_CUDA_HEAD_DIMS;
 
 static const fa_cli_spec SPEC = {
     .program = "phase6_extensions",
-    .summary = "Phase 6: the extensions (GQA/MQA, sliding window, softcapping, causal alignment, split-KV "
-               "decoding), each a short diff from phase 3 step 3, checked against the phase-6 float64 oracle.",
+    .summary = "Phase 6: the extensions (GQA/MQA, sliding window, softcapping and its backward, causal alignment, "
+               "variable-length batches, split-KV decoding), each a short diff from phase 3 step 3 (or phase 4), "
+               "checked against the phase-6 float64 oracle.",
     .defaults = {.B = 1, .H = 4, .Sq = 512, .Sk = 512, .D = 64},
     .default_block_m = 64,
     .default_block_n = 32,
