@@ -322,7 +322,8 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
     for (int i = 0; i < impl->n_outputs; i++) {
         const fa_output *out = &impl->outputs[i];
         fa_check check = fa_verify_results_scaled(check_label, out->name, out->host, out->want, out->dims,
-                                                  ref->heads, out->tolerance, out->scale);
+                                                  out->heads ? out->heads : ref->heads, out->tolerance,
+                                                  out->scale);
         if (out->reference_label)
             fa_check_against_reference(&check, fa_report_find_check(report, out->reference_label, out->name),
                                        out->reference_factor);

@@ -43,6 +43,9 @@ typedef struct {
     // ran earlier in the report: the label of its check rows ("naive backward cpu") and the factor; NULL for none.
     const char *reference_label;
     double reference_factor;
+    // The heads the oracle computed for this output, when they are not the reference's (NULL: ref->heads). With GQA
+    // (phase 6), dK and dV have H_kv heads, and their mask is over those.
+    const unsigned char *heads;
 } fa_output;
 
 // One implementation of one step: how to run it once, and what it writes.

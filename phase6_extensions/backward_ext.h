@@ -2,6 +2,7 @@
 // (phase4_backward/backward.h has the tensors, the preprocess and the plan: Delta, then dK and dV, then dQ).
 //
 //   softcap_backward_dkdv_*, softcap_backward_dq_*   softcapping: dS carried back through C * tanh(s / C).
+//   gqa_backward_dkdv_*, gqa_backward_dq_*           GQA / MQA: dK and dV of a K/V head summed over its group.
 //
 // The passes take phase 4's backward_tensors; dQ is the deterministic pass (no atomic variant here), so a whole
 // backward is backward_preprocess_* (phase 4) with zero_dq = 0, then the dK/dV pass with atomic_dq = 0, then dQ.
@@ -23,6 +24,14 @@ void backward_dq_softcap_cpu(const fa_shape *shape, float softcap, int block_m, 
                              const backward_tensors *t);
 void backward_dq_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n,
                               const backward_tensors *t);
+
+// H_kv K/V heads (H % H_kv == 0): t's K, V, dK, dV are [B, H_kv, Sk, D]; the forward was phase6_extensions/gqa_*.
+void backward_dkdv_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const backward_tensors *t,
+                           int atomic_dq);
+void backward_dkdv_gqa_cuda(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const backward_tensors *t,
+                            int atomic_dq);
+void backward_dq_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const backward_tensors *t);
+void backward_dq_gqa_cuda(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const backward_tensors *t);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
 //   --softcap C                   scores become C * tanh(s / C), C > 0
 //   --causal-align top-left|bottom-right   with --causal: where the diagonal sits when Sq != Sk
 //   --seqlens L1,L2,...           variable-length batch: the sequences packed as [total, H, D] (sets B, Sq, Sk)
-//   --backward                    with --softcap: the feature's forward, then its backward (dQ, dK, dV)
+//   --backward                    with --softcap or --H-kv: the feature's forward, then its backward (dQ, dK, dV)
 // Without a feature flag, the feature kernels that have an "off" (gqa with H_kv = H, window with no bound, align
 // top-left) run beside phase 3 step 3 on the same problem: what each feature costs when it is off. Split-KV decoding
 // runs whenever Sq <= SPLITKV_MAX_SQ and the problem is one it computes (no GQA, window or softcap; causal aligned
@@ -66,7 +66,7 @@ static void print_ext_help(void) {
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
     printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
            "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
-    printf("  --backward     with --softcap: its forward, then its backward (dQ, dK, dV: phase 4's passes, capped)\n");
+    printf("  --backward     with --softcap or --H-kv: the feature's forward, then its backward (dQ, dK, dV)\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
            SPLITKV_KEYS_PER_SPLIT);
 }
@@ -188,8 +188,8 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
         fa_die("--seqlens sets B (the number of sequences) and Sq = Sk (each one's length): give no --B, --S, --Sq "
                "or --Sk with it");
     if (f->has_align && !s->causal) fa_die("--causal-align applies to --causal attention only");
-    if (f->backward && !f->has_softcap)
-        fa_die("--backward is built for --softcap (phase6_extensions/softcap_backward_*); the other features' "
+    if (f->backward && !f->has_softcap && !f->has_H_kv)
+        fa_die("--backward is built for --softcap and --H-kv (phase6_extensions/*_backward_*); the other features' "
                "backward passes are not part of phase 6 yet");
     if (f->backward && (opt->impl & FA_IMPL_CUDA) && !backward_cuda_supports_tiles(opt->block_m, opt->block_n))
         fa_die("--backward on the GPU needs --block-m x --block-n in both the forward's (%s) and the backward's (%s) "
@@ -204,10 +204,12 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
 
 // --- The rows: one per kernel. ----------------------------------------------------------------------------------
 enum {
-    ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, ROW_SOFTCAP_BACKWARD, N_ROW_KINDS
+    ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, ROW_SOFTCAP_BACKWARD,
+    ROW_GQA_BACKWARD, N_ROW_KINDS
 };
 static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
-                                                    "split-kv", "varlen", "softcap backward"};
+                                                    "split-kv", "varlen", "softcap backward", "gqa backward"};
+static int is_backward_row(int kind) { return kind == ROW_SOFTCAP_BACKWARD || kind == ROW_GQA_BACKWARD; }
 
 typedef struct {
     int kind;
@@ -237,8 +239,13 @@ static void run_cpu(void *p) {
         flash_forward_lse_cpu(s, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL, &a->tiles_visited);
         break;
     case ROW_GQA:
-        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
+        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, a->lse_residual,
                               &a->tiles_visited);
+        break;
+    case ROW_GQA_BACKWARD:
+        backward_preprocess_cpu(s, a->bwd, 0);
+        backward_dkdv_gqa_cpu(s, e->H_kv, bm, bn, a->bwd, 0);
+        backward_dq_gqa_cpu(s, e->H_kv, bm, bn, a->bwd);
         break;
     case ROW_WINDOW:
         flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
@@ -277,7 +284,12 @@ static void run_cuda(void *p) {
     switch (a->kind) {
     case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL); break;
     case ROW_GQA:
-        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, a->lse_residual);
+        break;
+    case ROW_GQA_BACKWARD:
+        backward_preprocess_cuda(s, a->bwd, 0);
+        backward_dkdv_gqa_cuda(s, e->H_kv, bm, bn, a->bwd, 0);
+        backward_dq_gqa_cuda(s, e->H_kv, bm, bn, a->bwd);
         break;
     case ROW_WINDOW:
         flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
@@ -315,7 +327,9 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
         return;
     }
     if (f->backward) {   // the forward (which also makes O and LSE for the backward), then the backward
-        for (int kind = 0; kind < N_ROW_KINDS; kind++) run[kind] = kind == ROW_SOFTCAP || kind == ROW_SOFTCAP_BACKWARD;
+        for (int kind = 0; kind < N_ROW_KINDS; kind++) run[kind] = 0;
+        if (f->has_softcap) run[ROW_SOFTCAP] = run[ROW_SOFTCAP_BACKWARD] = 1;
+        if (f->has_H_kv) run[ROW_GQA] = run[ROW_GQA_BACKWARD] = 1;
         return;
     }
     const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align;
@@ -329,7 +343,7 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
     run[ROW_SOFTCAP] = f->has_softcap;
     run[ROW_ALIGN] = no_flag || f->has_align;
     // Split-KV: a decode-sized Sq, and a problem it computes (its causal mask is aligned bottom-right).
-    run[ROW_VARLEN] = run[ROW_SOFTCAP_BACKWARD] = 0;
+    run[ROW_VARLEN] = run[ROW_SOFTCAP_BACKWARD] = run[ROW_GQA_BACKWARD] = 0;
     run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap &&
                        (!s->causal || e->bottom_right || s->Sq == s->Sk);
 }
@@ -352,8 +366,9 @@ static void make_inputs(const fa_options *opt, int64_t n_q, int64_t n_kv, int wi
 
 // The phase-6 oracle on the heads --check-heads (or the time budget) selects, and the scales and tolerance of the
 // checks, as fa_make_reference gives them in phases 1-5.
+// *kv_heads_out: the K/V heads the oracle computed (dK and dV are checked on those).
 static void make_reference(const fa_options *opt, const ext_options *e, const fa_inputs *in, int backward,
-                           fa_reference *ref) {
+                           fa_reference *ref, unsigned char **kv_heads_out) {
     const fa_shape *s = &opt->shape;
     const int64_t BH = s->B * s->H, group = s->H / e->H_kv;
     memset(ref, 0, sizeof *ref);
@@ -402,7 +417,7 @@ static void make_reference(const fa_options *opt, const ext_options *e, const fa
     free(q);
     free(k);
     free(v);
-    free(kv_heads);
+    *kv_heads_out = kv_heads;
 }
 
 // The varlen oracle: every head of the query tokens --check-heads (which counts tokens here) or the time budget
@@ -462,6 +477,7 @@ typedef struct {
     const ext_options *e;
     double flops;          // 4 * D * the (query, key) pairs the mask lets through, for every row alike
     int64_t n_q_tiles;     // varlen: the real Q tiles of the batch
+    const unsigned char *kv_heads;   // the K/V heads the oracle computed (B * H_kv bytes; dK and dV are checked there)
 } problem;
 
 static void run_row(fa_report *report, const fa_options *opt, const problem *p, const fa_reference *ref,
@@ -481,7 +497,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     if (kind == ROW_SPLITKV) {
         impl.extra_bytes = splitkv_partial_floats(s) * (int64_t)sizeof(float);
         impl.extra_what = "partial O, LSE";
-    } else if (kind == ROW_SOFTCAP_BACKWARD) {
+    } else if (is_backward_row(kind)) {
         const int64_t dkdv_bytes = backward_dkdv_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         const int64_t dq_bytes = backward_dq_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.flops = 2.5 * p->flops;   // the suite's convention: the backward is 2.5 forwards
@@ -498,16 +514,16 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
             dev->is_cuda ? 0 : flash_forward_lse_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.extra_what = dev->is_cuda ? "tiles in shared memory" : "per-thread tiles";
     }
-    if (kind == ROW_SOFTCAP_BACKWARD) {
+    if (is_backward_row(kind)) {
         const backward_tensors *t = dev->bwd;
         const int64_t dims_q[4] = {s->B, s->H, s->Sq, s->D}, dims_kv[4] = {s->B, p->e->H_kv, s->Sk, s->D};
         impl.n_outputs = 3;
         impl.outputs[0] = (fa_output){"dQ", dev->dq_host, dev->is_cuda ? t->dq : NULL, {0}, ref->dq,
                                       ref->tol_backward, ref->scale.dq, NULL, 0.0};
         impl.outputs[1] = (fa_output){"dK", dev->dk_host, dev->is_cuda ? t->dk : NULL, {0}, ref->dk,
-                                      ref->tol_backward, ref->scale.dk, NULL, 0.0};
+                                      ref->tol_backward, ref->scale.dk, NULL, 0.0, p->kv_heads};
         impl.outputs[2] = (fa_output){"dV", dev->dv_host, dev->is_cuda ? t->dv : NULL, {0}, ref->dv,
-                                      ref->tol_backward, ref->scale.dv, NULL, 0.0};
+                                      ref->tol_backward, ref->scale.dv, NULL, 0.0, p->kv_heads};
         for (int x = 0; x < 4; x++) {
             impl.outputs[0].dims[x] = dims_q[x];
             impl.outputs[1].dims[x] = impl.outputs[2].dims[x] = dims_kv[x];
@@ -637,7 +653,9 @@ int main(int argc, char **argv) {
     make_inputs(&opt, n_q, n_kv, flags.backward, &in);
     fa_reference ref;
     if (flags.n_seqs) make_reference_varlen(&opt, &flags, &in, &ref, &report);
-    else make_reference(&opt, e, &in, flags.backward, &ref);
+    unsigned char *kv_heads = NULL;
+    if (!flags.n_seqs) make_reference(&opt, e, &in, flags.backward, &ref, &kv_heads);
+    prob.kv_heads = kv_heads;
 
     float *o = fa_alloc_floats(n_q, "O");
     float *lse = fa_alloc_floats(n_lse, "LSE");
@@ -711,6 +729,7 @@ int main(int argc, char **argv) {
     free(lse);
     free(cu_q_tiles);
     free(flags.cu_seqlens);
+    free(kv_heads);
     free(lse_residual);
     free(delta);
     free(dq);

@@ -3,7 +3,8 @@
 # the two combine; rows that see no key (a window past the last key, bottom-right alignment with Sq > Sk) must give
 # O = 0. Without a feature flag, the feature kernels run with the feature off beside phase 3 step 3. Split-KV runs
 # whenever Sq <= 16: one split and many, causal (bottom-right) and not. Varlen packs sequences of 1 to 1000 tokens.
-# The backward of softcapping checks dQ, dK and dV (and its forward's O and LSE).
+# The backward of softcapping and of GQA/MQA checks dQ, dK and dV (and its forward's O and LSE); GQA's with a
+# sample of heads too (the oracle then computes whole groups, and dK, dV are checked on their K/V heads).
 set(phase6_shapes
   "off_B2_H3_Sq130_Sk100_D64|--B|2|--H|3|--Sq|130|--Sk|100|--D|64"
   "off_B2_H2_S200_D32_causal|--B|2|--H|2|--S|200|--D|32|--causal"
@@ -21,6 +22,9 @@ set(phase6_shapes
   "softcap_backward_B1_H2_Sq100_Sk300_D32_c30_causal|--backward|--softcap|30|--B|1|--H|2|--Sq|100|--Sk|300|--D|32|--causal"
   "softcap_backward_B1_H3_S200_D128_c20_tile64x64|--backward|--softcap|20|--B|1|--H|3|--S|200|--D|128|--block-m|64|--block-n|64"
   "softcap_backward_B2_H1_Sq300_Sk65_D16_c1_causal|--backward|--softcap|1|--scale|3|--B|2|--H|1|--Sq|300|--Sk|65|--D|16|--causal"
+  "gqa_backward_B2_H8_Hkv2_Sq130_Sk100_D64|--backward|--B|2|--H|8|--H-kv|2|--Sq|130|--Sk|100|--D|64"
+  "mqa_backward_B1_H6_Hkv1_Sq100_Sk300_D32_causal|--backward|--B|1|--H|6|--H-kv|1|--Sq|100|--Sk|300|--D|32|--causal"
+  "gqa_backward_B1_H6_Hkv3_Sq300_Sk65_D128_causal_sampled|--backward|--H|6|--H-kv|3|--Sq|300|--Sk|65|--D|128|--causal|--check-heads|2|--block-m|64|--block-n|64"
   "align_B2_H2_Sq130_Sk100_D64_bottomright_emptyrows|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal|--causal-align|bottom-right"
   "align_B2_H2_Sq100_Sk1000_D32_bottomright|--B|2|--H|2|--Sq|100|--Sk|1000|--D|32|--causal|--causal-align|bottom-right"
   "align_B1_H2_Sq100_Sk130_D16_topleft|--B|1|--H|2|--Sq|100|--Sk|130|--D|16|--causal|--causal-align|top-left"
@@ -86,7 +90,8 @@ set(phase6_bad
   "seqlens_text|--seqlens|3,x"
   "seqlens_with_S|--seqlens|3,5|--S|8"
   "seqlens_with_gqa|--seqlens|3,5|--H|4|--H-kv|2"
-  "backward_without_softcap|--backward|--H|4|--H-kv|2"
+  "backward_of_window_not_built|--backward|--window|5,5"
+  "backward_without_feature|--backward"
   "backward_forward_only_tiles|--backward|--softcap|30|--block-m|128|--block-n|64"
   "dropout_not_built|--dropout|0.1")
 foreach(entry ${phase6_bad})
