@@ -35,11 +35,12 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
                         float *o_host, float *o_device, float *lse_host, float *lse_device) {
     impl->n_outputs = 0;
     fa_output *o = &impl->outputs[impl->n_outputs++];
-    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0};
+    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL};
     fa_dims_q(shape, o->dims);
     if (!lse_host) return;
     fa_output *lse = &impl->outputs[impl->n_outputs++];
-    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0};
+    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0,
+                       NULL};
     fa_dims_lse(shape, lse->dims);
 }
 

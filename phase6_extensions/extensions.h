@@ -74,6 +74,11 @@ FA_HOST_DEVICE static inline int window_tile_stage(int64_t left, int64_t right, 
     const int inside_left = left < 0 || k_start >= q_last - left;      // for the tile's last row, so for all
     return inside_right && inside_left ? TILE_FULL : TILE_DIAGONAL;
 }
+// Whether row i sees key j inside the band (-1: no bound on that side). The element mask of a tile a band edge
+// crosses; keys past S_k are the caller's to test.
+FA_HOST_DEVICE static inline int window_sees(int64_t left, int64_t right, int64_t i, int64_t j) {
+    return (left < 0 || j >= i - left) && (right < 0 || j <= i + right);
+}
 // The first K tile holding a key some row of the Q tile sees: the tile of key q_start - left.
 FA_HOST_DEVICE static inline int64_t window_first_tile(int64_t left, int64_t q_start, int block_n) {
     if (left < 0 || q_start - left <= 0) return 0;

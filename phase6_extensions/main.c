@@ -8,7 +8,7 @@
 //   --softcap C                   scores become C * tanh(s / C), C > 0
 //   --causal-align top-left|bottom-right   with --causal: where the diagonal sits when Sq != Sk
 //   --seqlens L1,L2,...           variable-length batch: the sequences packed as [total, H, D] (sets B, Sq, Sk)
-//   --backward                    with --softcap or --H-kv: the feature's forward, then its backward (dQ, dK, dV)
+//   --backward                    with --softcap, --H-kv or --window: the feature's forward, then its backward
 // Without a feature flag, the feature kernels that have an "off" (gqa with H_kv = H, window with no bound, align
 // top-left) run beside phase 3 step 3 on the same problem: what each feature costs when it is off. Split-KV decoding
 // runs whenever Sq <= SPLITKV_MAX_SQ and the problem is one it computes (no GQA, window or softcap; causal aligned
@@ -66,7 +66,7 @@ static void print_ext_help(void) {
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
     printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
            "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
-    printf("  --backward     with --softcap or --H-kv: the feature's forward, then its backward (dQ, dK, dV)\n");
+    printf("  --backward     with --softcap, --H-kv or --window: the feature's forward, then its backward\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
            SPLITKV_KEYS_PER_SPLIT);
 }
@@ -188,9 +188,9 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
         fa_die("--seqlens sets B (the number of sequences) and Sq = Sk (each one's length): give no --B, --S, --Sq "
                "or --Sk with it");
     if (f->has_align && !s->causal) fa_die("--causal-align applies to --causal attention only");
-    if (f->backward && !f->has_softcap && !f->has_H_kv)
-        fa_die("--backward is built for --softcap and --H-kv (phase6_extensions/*_backward_*); the other features' "
-               "backward passes are not part of phase 6 yet");
+    if (f->backward && !f->has_softcap && !f->has_H_kv && !f->has_window)
+        fa_die("--backward is built for --softcap, --H-kv and --window (phase6_extensions/*_backward_*); give one "
+               "of them");
     if (f->backward && (opt->impl & FA_IMPL_CUDA) && !backward_cuda_supports_tiles(opt->block_m, opt->block_n))
         fa_die("--backward on the GPU needs --block-m x --block-n in both the forward's (%s) and the backward's (%s) "
                "lists (got %d x %d)", FLASH4D_CUDA_TILES_TEXT, BACKWARD_CUDA_TILES_TEXT, opt->block_m, opt->block_n);
@@ -205,11 +205,14 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
 // --- The rows: one per kernel. ----------------------------------------------------------------------------------
 enum {
     ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, ROW_SOFTCAP_BACKWARD,
-    ROW_GQA_BACKWARD, N_ROW_KINDS
+    ROW_GQA_BACKWARD, ROW_WINDOW_BACKWARD, N_ROW_KINDS
 };
 static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
-                                                    "split-kv", "varlen", "softcap backward", "gqa backward"};
-static int is_backward_row(int kind) { return kind == ROW_SOFTCAP_BACKWARD || kind == ROW_GQA_BACKWARD; }
+                                                    "split-kv", "varlen", "softcap backward", "gqa backward",
+                                                    "window backward"};
+static int is_backward_row(int kind) {
+    return kind == ROW_SOFTCAP_BACKWARD || kind == ROW_GQA_BACKWARD || kind == ROW_WINDOW_BACKWARD;
+}
 
 typedef struct {
     int kind;
@@ -249,7 +252,12 @@ static void run_cpu(void *p) {
         break;
     case ROW_WINDOW:
         flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
-                                 a->lse, NULL, &a->tiles_visited);
+                                 a->lse, a->lse_residual, &a->tiles_visited);
+        break;
+    case ROW_WINDOW_BACKWARD:
+        backward_preprocess_cpu(s, a->bwd, 0);
+        backward_dkdv_window_cpu(s, e->window_left, e->window_right, bm, bn, a->bwd, 0);
+        backward_dq_window_cpu(s, e->window_left, e->window_right, bm, bn, a->bwd);
         break;
     case ROW_SOFTCAP:
         flash_forward_softcap_cpu(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
@@ -293,7 +301,12 @@ static void run_cuda(void *p) {
         break;
     case ROW_WINDOW:
         flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
-                                  a->lse, NULL);
+                                  a->lse, a->lse_residual);
+        break;
+    case ROW_WINDOW_BACKWARD:
+        backward_preprocess_cuda(s, a->bwd, 0);
+        backward_dkdv_window_cuda(s, e->window_left, e->window_right, bm, bn, a->bwd, 0);
+        backward_dq_window_cuda(s, e->window_left, e->window_right, bm, bn, a->bwd);
         break;
     case ROW_SOFTCAP:
         flash_forward_softcap_cuda(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
@@ -330,6 +343,7 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
         for (int kind = 0; kind < N_ROW_KINDS; kind++) run[kind] = 0;
         if (f->has_softcap) run[ROW_SOFTCAP] = run[ROW_SOFTCAP_BACKWARD] = 1;
         if (f->has_H_kv) run[ROW_GQA] = run[ROW_GQA_BACKWARD] = 1;
+        if (f->has_window) run[ROW_WINDOW] = run[ROW_WINDOW_BACKWARD] = 1;
         return;
     }
     const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align;
@@ -343,7 +357,7 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
     run[ROW_SOFTCAP] = f->has_softcap;
     run[ROW_ALIGN] = no_flag || f->has_align;
     // Split-KV: a decode-sized Sq, and a problem it computes (its causal mask is aligned bottom-right).
-    run[ROW_VARLEN] = run[ROW_SOFTCAP_BACKWARD] = run[ROW_GQA_BACKWARD] = 0;
+    run[ROW_VARLEN] = run[ROW_SOFTCAP_BACKWARD] = run[ROW_GQA_BACKWARD] = run[ROW_WINDOW_BACKWARD] = 0;
     run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap &&
                        (!s->causal || e->bottom_right || s->Sq == s->Sk);
 }
@@ -519,7 +533,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
         const int64_t dims_q[4] = {s->B, s->H, s->Sq, s->D}, dims_kv[4] = {s->B, p->e->H_kv, s->Sk, s->D};
         impl.n_outputs = 3;
         impl.outputs[0] = (fa_output){"dQ", dev->dq_host, dev->is_cuda ? t->dq : NULL, {0}, ref->dq,
-                                      ref->tol_backward, ref->scale.dq, NULL, 0.0};
+                                      ref->tol_backward, ref->scale.dq, NULL, 0.0, NULL};
         impl.outputs[1] = (fa_output){"dK", dev->dk_host, dev->is_cuda ? t->dk : NULL, {0}, ref->dk,
                                       ref->tol_backward, ref->scale.dk, NULL, 0.0, p->kv_heads};
         impl.outputs[2] = (fa_output){"dV", dev->dv_host, dev->is_cuda ? t->dv : NULL, {0}, ref->dv,
@@ -531,9 +545,9 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     } else if (kind == ROW_VARLEN) {   // packed O [total, H, D] and LSE [total, H] (make_reference_varlen)
         impl.n_outputs = 2;
         impl.outputs[0] = (fa_output){"O", dev->o_host, dev->is_cuda ? dev->o : NULL, {1, s->Sq, s->H, s->D},
-                                      ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0};
+                                      ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL};
         impl.outputs[1] = (fa_output){"LSE", dev->lse_host, dev->is_cuda ? dev->lse : NULL, {1, s->Sq, s->H, 1},
-                                      ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0};
+                                      ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0, NULL};
     } else {
         fa_forward_outputs(&impl, s, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
                            dev->is_cuda ? dev->lse : NULL);

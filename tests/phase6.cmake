@@ -3,7 +3,7 @@
 # the two combine; rows that see no key (a window past the last key, bottom-right alignment with Sq > Sk) must give
 # O = 0. Without a feature flag, the feature kernels run with the feature off beside phase 3 step 3. Split-KV runs
 # whenever Sq <= 16: one split and many, causal (bottom-right) and not. Varlen packs sequences of 1 to 1000 tokens.
-# The backward of softcapping and of GQA/MQA checks dQ, dK and dV (and its forward's O and LSE); GQA's with a
+# The backward of softcapping, of GQA/MQA and of the window checks dQ, dK and dV (and its forward's O and LSE); GQA's with a
 # sample of heads too (the oracle then computes whole groups, and dK, dV are checked on their K/V heads).
 set(phase6_shapes
   "off_B2_H3_Sq130_Sk100_D64|--B|2|--H|3|--Sq|130|--Sk|100|--D|64"
@@ -25,6 +25,10 @@ set(phase6_shapes
   "gqa_backward_B2_H8_Hkv2_Sq130_Sk100_D64|--backward|--B|2|--H|8|--H-kv|2|--Sq|130|--Sk|100|--D|64"
   "mqa_backward_B1_H6_Hkv1_Sq100_Sk300_D32_causal|--backward|--B|1|--H|6|--H-kv|1|--Sq|100|--Sk|300|--D|32|--causal"
   "gqa_backward_B1_H6_Hkv3_Sq300_Sk65_D128_causal_sampled|--backward|--H|6|--H-kv|3|--Sq|300|--Sk|65|--D|128|--causal|--check-heads|2|--block-m|64|--block-n|64"
+  "window_backward_B2_H2_Sq130_Sk100_D64_w20_5|--backward|--window|20,5|--B|2|--H|2|--Sq|130|--Sk|100|--D|64"
+  "window_backward_B2_H2_Sq300_Sk500_D32_w40_causal|--backward|--window|40,0|--causal|--B|2|--H|2|--Sq|300|--Sk|500|--D|32"
+  "window_backward_B1_H2_Sq500_Sk100_D16_w3_3_emptyrows|--backward|--window|3,3|--H|2|--Sq|500|--Sk|100|--D|16"
+  "window_backward_B1_H2_S300_D128_right_only_tile64x64|--backward|--window|-1,33|--H|2|--S|300|--D|128|--block-m|64|--block-n|64"
   "align_B2_H2_Sq130_Sk100_D64_bottomright_emptyrows|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal|--causal-align|bottom-right"
   "align_B2_H2_Sq100_Sk1000_D32_bottomright|--B|2|--H|2|--Sq|100|--Sk|1000|--D|32|--causal|--causal-align|bottom-right"
   "align_B1_H2_Sq100_Sk130_D16_topleft|--B|1|--H|2|--Sq|100|--Sk|130|--D|16|--causal|--causal-align|top-left"
@@ -50,6 +54,7 @@ set(phase6_cpu_shapes
   "window_B2_H1_Sq300_Sk100_D24_tile17x5_w3_3|--B|2|--H|1|--Sq|300|--Sk|100|--D|24|--block-m|17|--block-n|5|--window|3,3"
   "gqa_B1_H4_Hkv2_Sq50_Sk70_D48_tile40x24|--B|1|--H|4|--H-kv|2|--Sq|50|--Sk|70|--D|48|--block-m|40|--block-n|24"
   "align_B1_H2_Sq70_Sk33_D20_tile16x8_bottomright|--B|1|--H|2|--Sq|70|--Sk|33|--D|20|--block-m|16|--block-n|8|--causal|--causal-align|bottom-right"
+  "window_backward_B2_H1_Sq300_Sk100_D24_tile17x5_w3_3|--backward|--window|3,3|--B|2|--H|1|--Sq|300|--Sk|100|--D|24|--block-m|17|--block-n|5"
   "varlen_H2_D20_tile17x5_causal|--seqlens|5,40,1,33|--H|2|--D|20|--block-m|17|--block-n|5|--causal"
   "splitkv_B1_H2_Sq5_Sk2100_D7|--B|1|--H|2|--Sq|5|--Sk|2100|--D|7")
 foreach(entry ${phase6_cpu_shapes})
@@ -90,7 +95,7 @@ set(phase6_bad
   "seqlens_text|--seqlens|3,x"
   "seqlens_with_S|--seqlens|3,5|--S|8"
   "seqlens_with_gqa|--seqlens|3,5|--H|4|--H-kv|2"
-  "backward_of_window_not_built|--backward|--window|5,5"
+  "backward_of_align_not_built|--backward|--causal|--causal-align|bottom-right"
   "backward_without_feature|--backward"
   "backward_forward_only_tiles|--backward|--softcap|30|--block-m|128|--block-n|64"
   "dropout_not_built|--dropout|0.1")
