@@ -534,9 +534,12 @@ void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, co
                               const fa_half_rule *rule, float *dq_host, float *dq_device, float *dk_host,
                               float *dk_device, float *dv_host, float *dv_device) {
     impl->n_outputs = 3;
-    impl->outputs[0] = (fa_output){"dQ", dq_host, dq_device, {0}, ref->dq, rule->tol_dq, ref->scale.dq, NULL, 0.0};
-    impl->outputs[1] = (fa_output){"dK", dk_host, dk_device, {0}, ref->dk, rule->tol_dk, ref->scale.dk, NULL, 0.0};
-    impl->outputs[2] = (fa_output){"dV", dv_host, dv_device, {0}, ref->dv, rule->tol_dv, ref->scale.dv, NULL, 0.0};
+    impl->outputs[0] = (fa_output){"dQ", dq_host, dq_device, {0}, ref->dq, rule->tol_dq, ref->scale.dq, NULL, 0.0,
+                                   NULL};
+    impl->outputs[1] = (fa_output){"dK", dk_host, dk_device, {0}, ref->dk, rule->tol_dk, ref->scale.dk, NULL, 0.0,
+                                   NULL};
+    impl->outputs[2] = (fa_output){"dV", dv_host, dv_device, {0}, ref->dv, rule->tol_dv, ref->scale.dv, NULL, 0.0,
+                                   NULL};
     fa_dims_q(shape, impl->outputs[0].dims);
     fa_dims_kv(shape, impl->outputs[1].dims);
     fa_dims_kv(shape, impl->outputs[2].dims);

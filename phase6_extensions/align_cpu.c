@@ -52,38 +52,34 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
-    // Zero once: the padding rows of k_tile_t and columns of v_tile (d >= D) are never written again: they stay 0.
+    // Zero once: the padding (every d >= D) is never written again, so it stays 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
 }
 
-// One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
-// Returns the number of K tiles it processed.
-static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK_M, int BLOCK_N,
-                              int64_t bh, int64_t q_start,
-                           const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
-                           workspace *w) {
+// One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh; row r
+// of the tile is row i = q_start + r of the head. Returns the number of K tiles it processed.
+static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK_M, int BLOCK_N, int64_t bh,
+                              int64_t q_start, const forward_tensors *t, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
     const int64_t key_offset = ext_key_offset(bottom_right, S_q, S_k);   // row i's diagonal is key i + key_offset
     const float qk_scale = shape->scale * LOG2E;
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
     const int64_t b = bh / shape->H, h = bh % shape->H;
-    q += b * q_strides.b + h * q_strides.h;
-    k += b * k_strides.b + h * k_strides.h;
-    v += b * v_strides.b + h * v_strides.h;
-    o += b * o_strides.b + h * o_strides.h;
-    lse += bh * S_q;   // LSE (and its residual) is contiguous [B, H, Sq]
-    if (lse_residual) lse_residual += bh * S_q;
+    const float *q = t->q + b * t->q_strides.b + h * t->q_strides.h;
+    const float *k = t->k + b * t->k_strides.b + h * t->k_strides.h;
+    const float *v = t->v + b * t->v_strides.b + h * t->v_strides.h;
+    float *o = t->o + b * t->o_strides.b + h * t->o_strides.h;
     // Rows past S_q do not exist: the CPU skips them (the GPU computes them and never stores them).
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
 
-    for (int i = 0; i < rows; i++) {
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
         for (int64_t d = 0; d < D; d++)
-            w->q_tile[i * D_pad + d] = q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale;
-        for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
-        w->m_i[i] = -INFINITY;
-        w->l_i[i] = 0.0f;
+            w->q_tile[r * D_pad + d] = q[i * t->q_strides.s + d * t->q_strides.d] * qk_scale;
+        for (int64_t d = 0; d < D_pad; d++) w->acc[r * D_pad + d] = 0.0f;
+        w->m_i[r] = -INFINITY;
+        w->l_i[r] = 0.0f;
     }
 
     int64_t tiles = 0;
@@ -100,15 +96,15 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
         for (int j = 0; j < N_pad; j++) {
             const int key_exists = j < BLOCK_N && k_start + j < S_k;
             for (int64_t d = 0; d < D; d++) {
-                w->k_tile_t[d * N_pad + j] = key_exists ? k[(k_start + j) * k_strides.s + d * k_strides.d] : 0.0f;
-                w->v_tile[j * D_pad + d] = key_exists ? v[(k_start + j) * v_strides.s + d * v_strides.d] : 0.0f;
+                w->k_tile_t[d * N_pad + j] = key_exists ? k[(k_start + j) * t->k_strides.s + d * t->k_strides.d] : 0.0f;
+                w->v_tile[j * D_pad + d] = key_exists ? v[(k_start + j) * t->v_strides.s + d * t->v_strides.d] : 0.0f;
             }
         }
 
-        // Each row i is one CUDA thread on the GPU.
-        for (int i = 0; i < rows; i++) {
-            const float *q_i = w->q_tile + i * D_pad;
-            float *acc_i = w->acc + i * D_pad, *s = w->s;
+        // Each row is one CUDA thread on the GPU.
+        for (int r = 0; r < rows; r++) {
+            const float *q_i = w->q_tile + r * D_pad;
+            float *acc_i = w->acc + r * D_pad, *s = w->s;
 
             // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
             // and the sums stay in registers while d runs, four per key (dim d in part d % 4), added in pairs at the
@@ -130,8 +126,8 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
             }
             // The last key this row may see: the last one there is, and on a diagonal tile its diagonal (row i
             // sees keys j <= i + key_offset). A tile in the past keeps step 1's test against S_k alone: no mask.
-            const int64_t row = q_start + i + key_offset;
-            const int64_t last_key = stage == TILE_DIAGONAL && row < S_k - 1 ? row : S_k - 1;
+            const int64_t i = q_start + r, diagonal = i + key_offset;
+            const int64_t last_key = stage == TILE_DIAGONAL && diagonal < S_k - 1 ? diagonal : S_k - 1;
             // Keys past last_key (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax. Only
             // the diagonal tiles, the last tile, or a padded one, have any.
             if (N_pad > BLOCK_N || k_start + N_pad - 1 > last_key)
@@ -142,7 +138,7 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
             float m_tile = -INFINITY;
 #pragma omp simd reduction(max : m_tile)
             for (int j = 0; j < N_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
-            const float m_new = m_tile > w->m_i[i] ? m_tile : w->m_i[i];
+            const float m_new = m_tile > w->m_i[r] ? m_tile : w->m_i[r];
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
 
@@ -153,9 +149,9 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
                 row_sum += s[j];
             }
             // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
-            const float alpha = fa_exp2(w->m_i[i] - m_use);
-            w->l_i[i] = w->l_i[i] * alpha + row_sum;
-            w->m_i[i] = m_new;
+            const float alpha = fa_exp2(w->m_i[r] - m_use);
+            w->l_i[r] = w->l_i[r] * alpha + row_sum;
+            w->m_i[r] = m_new;
 
             // acc = acc * alpha + p V_tile, VEC columns at a time, kept in registers while j runs.
             for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
@@ -172,22 +168,21 @@ static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
     // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i); and what its rounding lost (fa_math.h says why).
-    for (int i = 0; i < rows; i++) {
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
         // A row that sees no key has l_i = 0: it writes O = 0 and EMPTY_ROW_LSE (extensions.h).
-        const float inv_l = w->l_i[i] > 0.0f ? 1.0f / w->l_i[i] : 0.0f;
-        for (int64_t d = 0; d < D; d++)
-            o[(q_start + i) * o_strides.s + d * o_strides.d] = w->acc[i * D_pad + d] * inv_l;
+        const float inv_l = w->l_i[r] > 0.0f ? 1.0f / w->l_i[r] : 0.0f;
+        for (int64_t d = 0; d < D; d++) o[i * t->o_strides.s + d * t->o_strides.d] = w->acc[r * D_pad + d] * inv_l;
         float residual = 0.0f;
-        lse[q_start + i] = w->l_i[i] > 0.0f ? lse_from_base2(w->m_i[i], w->l_i[i], &residual) : EMPTY_ROW_LSE;
-        if (lse_residual) lse_residual[q_start + i] = residual;
+        const float row_lse = w->l_i[r] > 0.0f ? lse_from_base2(w->m_i[r], w->l_i[r], &residual) : EMPTY_ROW_LSE;
+        t->lse[bh * S_q + i] = row_lse;   // LSE (and its residual) is contiguous [B, H, Sq]
+        if (t->lse_residual) t->lse_residual[bh * S_q + i] = residual;
     }
     return tiles;
 }
 
-void flash_forward_align_cpu(const fa_shape *shape, int bottom_right,
-                           int block_m, int block_n, const float *q, fa_strides q_strides,
-                           const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                           fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited) {
+void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n,
+                             const forward_tensors *t, int64_t *tiles_visited) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
     int64_t visited = 0;
 #pragma omp parallel
@@ -196,12 +191,11 @@ void flash_forward_align_cpu(const fa_shape *shape, int bottom_right,
         // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, q_tile): one iteration is one thread block.
 #pragma omp for collapse(2) schedule(dynamic) reduction(+ : visited)
         for (int64_t bh = 0; bh < BH; bh++)
-            for (int64_t t = 0; t < n_q_tiles; t++) {
-                // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
-                const int64_t q_tile = n_q_tiles - 1 - t;
-                visited += q_tile_program(shape, bottom_right,
-                                          block_m, block_n, bh, q_tile * block_m, q, q_strides, k, k_strides,
-                                          v, v_strides, o, o_strides, lse, lse_residual, &w);
+            for (int64_t q_tile = 0; q_tile < n_q_tiles; q_tile++) {
+                // The Q tile order. Causal, the last Q tiles see the most keys: starting with them, the short ones
+                // fill in at the end instead of a few long ones running last.
+                const int64_t q_start = (n_q_tiles - 1 - q_tile) * block_m;
+                visited += q_tile_program(shape, bottom_right, block_m, block_n, bh, q_start, t, &w);
             }
         free(w.q_tile);
     }

@@ -86,41 +86,28 @@ FA_HOST_DEVICE static inline int64_t window_first_tile(int64_t left, int64_t q_s
 }
 
 // --- The feature kernels: phase 3 step 3's signature (forward4d.h) plus the feature's own parameters. ------------
-// tiles_visited (CPU, may be NULL) counts the (Q tile, K tile) pairs processed, summed over all heads.
-void flash_forward_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const float *q,
-                           fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
+// t holds the tensors and their strides (forward_tensors, forward4d.h); tiles_visited (CPU, may be NULL) counts the
+// (Q tile, K tile) pairs processed, summed over all heads.
+void flash_forward_gqa_cpu(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const forward_tensors *t,
                            int64_t *tiles_visited);
-void flash_forward_gqa_cuda(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const float *q,
-                            fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual);
+void flash_forward_gqa_cuda(const fa_shape *shape, int64_t H_kv, int block_m, int block_n, const forward_tensors *t);
 
 // window_right must be 0 when shape->causal (causal is the window (LEFT, 0); the driver sees to it).
 void flash_forward_window_cpu(const fa_shape *shape, int64_t window_left, int64_t window_right, int block_m,
-                              int block_n, const float *q, fa_strides q_strides, const float *k, fa_strides k_strides,
-                              const float *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse,
-                              float *lse_residual, int64_t *tiles_visited);
+                              int block_n, const forward_tensors *t, int64_t *tiles_visited);
 void flash_forward_window_cuda(const fa_shape *shape, int64_t window_left, int64_t window_right, int block_m,
-                               int block_n, const float *q, fa_strides q_strides, const float *k,
-                               fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                               fa_strides o_strides, float *lse, float *lse_residual);
+                               int block_n, const forward_tensors *t);
 
 // softcap > 0 (the driver refuses anything else).
-void flash_forward_softcap_cpu(const fa_shape *shape, float softcap, int block_m, int block_n, const float *q,
-                               fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                               fa_strides v_strides, float *o, fa_strides o_strides, float *lse,
-                               float *lse_residual, int64_t *tiles_visited);
-void flash_forward_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n, const float *q,
-                                fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual);
+void flash_forward_softcap_cpu(const fa_shape *shape, float softcap, int block_m, int block_n,
+                               const forward_tensors *t, int64_t *tiles_visited);
+void flash_forward_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n,
+                                const forward_tensors *t);
 
-void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q,
-                             fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                             fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
-                           int64_t *tiles_visited);
-void flash_forward_align_cuda(const fa_shape *shape, int bottom_right, int block_m, int block_n, const float *q,
-                              fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                              fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual);
+void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n,
+                             const forward_tensors *t, int64_t *tiles_visited);
+void flash_forward_align_cuda(const fa_shape *shape, int bottom_right, int block_m, int block_n,
+                              const forward_tensors *t);
 
 // --- Variable-length batches (varlen_*): B sequences packed as [total, H, D], FlashAttention's cu_seqlens. -------
 // Sequence b holds tokens cu_seqlens[b] .. cu_seqlens[b + 1] - 1 (cu_seqlens[0] = 0, B + 1 entries); its queries see
@@ -144,13 +131,9 @@ FA_HOST_DEVICE static inline int64_t varlen_tile_sequence(const int64_t *cu_q_ti
     return lo;
 }
 void flash_forward_varlen_cpu(const fa_shape *shape, const int64_t *cu_seqlens, const int64_t *cu_q_tiles,
-                              int block_m, int block_n, const float *q, fa_strides q_strides, const float *k,
-                              fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                              fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited);
+                              int block_m, int block_n, const forward_tensors *t, int64_t *tiles_visited);
 void flash_forward_varlen_cuda(const fa_shape *shape, const int64_t *cu_seqlens, const int64_t *cu_q_tiles,
-                               int64_t n_q_tiles, int block_m, int block_n, const float *q, fa_strides q_strides,
-                               const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                               fa_strides o_strides, float *lse, float *lse_residual);
+                               int64_t n_q_tiles, int block_m, int block_n, const forward_tensors *t);
 
 // --- Split-KV decoding (splitkv_*): Q, O, K, V contiguous [B, H, S, D]; S_q <= SPLITKV_MAX_SQ. ------------------
 // The keys of each head are cut into splitkv_num_splits(S_k) splits of SPLITKV_KEYS_PER_SPLIT keys (the last one

@@ -231,19 +231,30 @@ typedef struct {
 // The packed [total, H, D] layout of a varlen run, as strides (stride b unused: sequences start at cu_seqlens).
 static fa_strides packed_strides(const fa_shape *s) { return (fa_strides){0, s->D, s->H * s->D, 1}; }
 
+// The tensors of a forward row, with their strides (phase3_forward_4d/forward4d.h): Q and O with q_strides, K and V
+// with k_strides; lse_residual NULL where the row does not keep it.
+static forward_tensors forward_args(const row_args *a, fa_strides q_strides, fa_strides k_strides,
+                                    float *lse_residual) {
+    return (forward_tensors){.q = a->q, .k = a->k, .v = a->v, .q_strides = q_strides, .k_strides = k_strides,
+                             .v_strides = k_strides, .o = a->o, .o_strides = q_strides, .lse = a->lse,
+                             .lse_residual = lse_residual};
+}
+
 static void run_cpu(void *p) {
     row_args *a = p;
     const fa_shape *s = a->shape;
     const ext_options *e = a->e;
     const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(e->H_kv, s->Sk, s->D);
     const int bm = a->block_m, bn = a->block_n;
+    // The forward rows' tensors: without the LSE residual, with it (the rows a backward follows), and packed (varlen).
+    const forward_tensors t = forward_args(a, qs, ks, NULL), t_res = forward_args(a, qs, ks, a->lse_residual);
+    const forward_tensors t_packed = forward_args(a, packed_strides(s), packed_strides(s), NULL);
     switch (a->kind) {
     case ROW_PHASE3:
-        flash_forward_lse_cpu(s, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL, &a->tiles_visited);
+        flash_forward_lse_cpu(s, bm, bn, &t, &a->tiles_visited);
         break;
     case ROW_GQA:
-        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, a->lse_residual,
-                              &a->tiles_visited);
+        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, &t_res, &a->tiles_visited);
         break;
     case ROW_GQA_BACKWARD:
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -251,8 +262,7 @@ static void run_cpu(void *p) {
         backward_dq_gqa_cpu(s, e->H_kv, bm, bn, a->bwd);
         break;
     case ROW_WINDOW:
-        flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
-                                 a->lse, a->lse_residual, &a->tiles_visited);
+        flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, &t_res, &a->tiles_visited);
         break;
     case ROW_WINDOW_BACKWARD:
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -260,8 +270,7 @@ static void run_cpu(void *p) {
         backward_dq_window_cpu(s, e->window_left, e->window_right, bm, bn, a->bwd);
         break;
     case ROW_SOFTCAP:
-        flash_forward_softcap_cpu(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
-                                  a->lse_residual, &a->tiles_visited);
+        flash_forward_softcap_cpu(s, e->softcap, bm, bn, &t_res, &a->tiles_visited);
         break;
     case ROW_SOFTCAP_BACKWARD:   // phase 4's plan: Delta, then dK and dV, then dQ (deterministic)
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -269,15 +278,11 @@ static void run_cpu(void *p) {
         backward_dq_softcap_cpu(s, e->softcap, bm, bn, a->bwd);
         break;
     case ROW_ALIGN:
-        flash_forward_align_cpu(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL,
-                                &a->tiles_visited);
+        flash_forward_align_cpu(s, e->bottom_right, bm, bn, &t, &a->tiles_visited);
         break;
-    case ROW_VARLEN: {
-        const fa_strides ps = packed_strides(s);
-        flash_forward_varlen_cpu(s, a->cu_seqlens, a->cu_q_tiles, bm, bn, a->q, ps, a->k, ps, a->v, ps, a->o, ps,
-                                 a->lse, NULL, &a->tiles_visited);
+    case ROW_VARLEN:
+        flash_forward_varlen_cpu(s, a->cu_seqlens, a->cu_q_tiles, bm, bn, &t_packed, &a->tiles_visited);
         break;
-    }
     default: flash_decode_splitkv_cpu(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
     }
 }
@@ -289,10 +294,13 @@ static void run_cuda(void *p) {
     const ext_options *e = a->e;
     const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(e->H_kv, s->Sk, s->D);
     const int bm = a->block_m, bn = a->block_n;
+    // The forward rows' tensors: without the LSE residual, with it (the rows a backward follows), and packed (varlen).
+    const forward_tensors t = forward_args(a, qs, ks, NULL), t_res = forward_args(a, qs, ks, a->lse_residual);
+    const forward_tensors t_packed = forward_args(a, packed_strides(s), packed_strides(s), NULL);
     switch (a->kind) {
-    case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL); break;
+    case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, &t); break;
     case ROW_GQA:
-        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, a->lse_residual);
+        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, &t_res);
         break;
     case ROW_GQA_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -300,8 +308,7 @@ static void run_cuda(void *p) {
         backward_dq_gqa_cuda(s, e->H_kv, bm, bn, a->bwd);
         break;
     case ROW_WINDOW:
-        flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs,
-                                  a->lse, a->lse_residual);
+        flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, &t_res);
         break;
     case ROW_WINDOW_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -309,8 +316,7 @@ static void run_cuda(void *p) {
         backward_dq_window_cuda(s, e->window_left, e->window_right, bm, bn, a->bwd);
         break;
     case ROW_SOFTCAP:
-        flash_forward_softcap_cuda(s, e->softcap, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse,
-                                   a->lse_residual);
+        flash_forward_softcap_cuda(s, e->softcap, bm, bn, &t_res);
         break;
     case ROW_SOFTCAP_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -318,14 +324,11 @@ static void run_cuda(void *p) {
         backward_dq_softcap_cuda(s, e->softcap, bm, bn, a->bwd);
         break;
     case ROW_ALIGN:
-        flash_forward_align_cuda(s, e->bottom_right, bm, bn, a->q, qs, a->k, ks, a->v, ks, a->o, qs, a->lse, NULL);
+        flash_forward_align_cuda(s, e->bottom_right, bm, bn, &t);
         break;
-    case ROW_VARLEN: {
-        const fa_strides ps = packed_strides(s);
-        flash_forward_varlen_cuda(s, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, bm, bn, a->q, ps, a->k, ps, a->v,
-                                  ps, a->o, ps, a->lse, NULL);
+    case ROW_VARLEN:
+        flash_forward_varlen_cuda(s, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, bm, bn, &t_packed);
         break;
-    }
     default: flash_decode_splitkv_cuda(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
     }
 }
@@ -525,7 +528,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
         impl.block_m = opt->block_m;
         impl.block_n = opt->block_n;
         impl.extra_bytes_per_thread =
-            dev->is_cuda ? 0 : flash_forward_lse_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
+            dev->is_cuda ? 0 : flash_forward_4d_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.extra_what = dev->is_cuda ? "tiles in shared memory" : "per-thread tiles";
     }
     if (is_backward_row(kind)) {

@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "fa_math.h"
-#define MAX_GRID_Y 65535   // the hardware limit of gridDim.y: more heads take more launches
 #define SPLIT_WARPS 4      // warps of a pass-1 block
 #define KEY_UNROLL 4       // keys a lane loads before it uses the first: loads in flight hide memory latency
 #define COMBINE_WARPS 4    // rows per pass-2 block
@@ -185,9 +184,9 @@ static void launch(const fa_shape *shape, int64_t key_offset, const float *q, co
     const int64_t BH = shape->B * shape->H, n_splits = splitkv_num_splits(shape->Sk);
     float *o_part = partials, *lse_part = partials + BH * n_splits * shape->Sq * D;
     const float qk_scale = shape->scale * LOG2E;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
-        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
-        splitkv_partial_kernel<D, ROWS><<<dim3((unsigned int)n_splits, heads), SPLIT_WARPS * 32>>>(
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // at most MAX_GRID_Y heads a launch
+        splitkv_partial_kernel<D, ROWS><<<dim3((unsigned int)n_splits, heads_in_launch(BH, bh_first)),
+                                          SPLIT_WARPS * 32>>>(
             q, k, v, o_part, lse_part, shape->Sq, shape->Sk, bh_first, qk_scale, shape->causal, key_offset);
         FA_CUDA_CHECK_LAUNCH();
     }

@@ -53,39 +53,35 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
-    // Zero once: the padding rows of k_tile_t and columns of v_tile (d >= D) are never written again: they stay 0.
+    // Zero once: the padding (every d >= D) is never written again, so it stays 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
 }
 
-// One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
-// Returns the number of K tiles it processed.
+// One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh; row r
+// of the tile is row i = q_start + r of the head. Returns the number of K tiles it processed.
 static int64_t q_tile_program(const fa_shape *shape, const int64_t *cu_seqlens, int BLOCK_M, int BLOCK_N,
-                              int64_t bh, int64_t q_start,
-                           const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
-                           workspace *w) {
+                              int64_t bh, int64_t q_start, const forward_tensors *t, workspace *w) {
     const int64_t D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
     const float qk_scale = shape->scale * LOG2E;
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
     // Varlen: sequence b starts at token cu_seqlens[b] of the packed tensors, and its length is both S_q and S_k.
     const int64_t b = bh / shape->H, h = bh % shape->H;
     const int64_t S_q = cu_seqlens[b + 1] - cu_seqlens[b], S_k = S_q;
-    q += cu_seqlens[b] * q_strides.s + h * q_strides.h;
-    k += cu_seqlens[b] * k_strides.s + h * k_strides.h;
-    v += cu_seqlens[b] * v_strides.s + h * v_strides.h;
-    o += cu_seqlens[b] * o_strides.s + h * o_strides.h;
-    lse += cu_seqlens[b] * shape->H + h;   // LSE (and its residual) is [total, H]: row i of this head at i * H
-    if (lse_residual) lse_residual += cu_seqlens[b] * shape->H + h;
+    const float *q = t->q + cu_seqlens[b] * t->q_strides.s + h * t->q_strides.h;
+    const float *k = t->k + cu_seqlens[b] * t->k_strides.s + h * t->k_strides.h;
+    const float *v = t->v + cu_seqlens[b] * t->v_strides.s + h * t->v_strides.h;
+    float *o = t->o + cu_seqlens[b] * t->o_strides.s + h * t->o_strides.h;
     // Rows past S_q do not exist: the CPU skips them (the GPU computes them and never stores them).
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
 
-    for (int i = 0; i < rows; i++) {
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
         for (int64_t d = 0; d < D; d++)
-            w->q_tile[i * D_pad + d] = q[(q_start + i) * q_strides.s + d * q_strides.d] * qk_scale;
-        for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
-        w->m_i[i] = -INFINITY;
-        w->l_i[i] = 0.0f;
+            w->q_tile[r * D_pad + d] = q[i * t->q_strides.s + d * t->q_strides.d] * qk_scale;
+        for (int64_t d = 0; d < D_pad; d++) w->acc[r * D_pad + d] = 0.0f;
+        w->m_i[r] = -INFINITY;
+        w->l_i[r] = 0.0f;
     }
 
     int64_t tiles = 0;
@@ -101,15 +97,15 @@ static int64_t q_tile_program(const fa_shape *shape, const int64_t *cu_seqlens, 
         for (int j = 0; j < N_pad; j++) {
             const int key_exists = j < BLOCK_N && k_start + j < S_k;
             for (int64_t d = 0; d < D; d++) {
-                w->k_tile_t[d * N_pad + j] = key_exists ? k[(k_start + j) * k_strides.s + d * k_strides.d] : 0.0f;
-                w->v_tile[j * D_pad + d] = key_exists ? v[(k_start + j) * v_strides.s + d * v_strides.d] : 0.0f;
+                w->k_tile_t[d * N_pad + j] = key_exists ? k[(k_start + j) * t->k_strides.s + d * t->k_strides.d] : 0.0f;
+                w->v_tile[j * D_pad + d] = key_exists ? v[(k_start + j) * t->v_strides.s + d * t->v_strides.d] : 0.0f;
             }
         }
 
-        // Each row i is one CUDA thread on the GPU.
-        for (int i = 0; i < rows; i++) {
-            const float *q_i = w->q_tile + i * D_pad;
-            float *acc_i = w->acc + i * D_pad, *s = w->s;
+        // Each row is one CUDA thread on the GPU.
+        for (int r = 0; r < rows; r++) {
+            const float *q_i = w->q_tile + r * D_pad;
+            float *acc_i = w->acc + r * D_pad, *s = w->s;
 
             // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
             // and the sums stay in registers while d runs, four per key (dim d in part d % 4), added in pairs at the
@@ -131,7 +127,7 @@ static int64_t q_tile_program(const fa_shape *shape, const int64_t *cu_seqlens, 
             }
             // The last key this row may see: the last one there is, and on a diagonal tile the row itself (row i
             // sees keys j <= i). A tile in the past keeps step 1's test against S_k alone: no element mask.
-            const int64_t row = q_start + i, last_key = stage == TILE_DIAGONAL && row < S_k - 1 ? row : S_k - 1;
+            const int64_t i = q_start + r, last_key = stage == TILE_DIAGONAL && i < S_k - 1 ? i : S_k - 1;
             // Keys past last_key (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax. Only
             // the diagonal tiles, the last tile, or a padded one, have any.
             if (N_pad > BLOCK_N || k_start + N_pad - 1 > last_key)
@@ -142,7 +138,7 @@ static int64_t q_tile_program(const fa_shape *shape, const int64_t *cu_seqlens, 
             float m_tile = -INFINITY;
 #pragma omp simd reduction(max : m_tile)
             for (int j = 0; j < N_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
-            const float m_new = m_tile > w->m_i[i] ? m_tile : w->m_i[i];
+            const float m_new = m_tile > w->m_i[r] ? m_tile : w->m_i[r];
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
 
@@ -153,9 +149,9 @@ static int64_t q_tile_program(const fa_shape *shape, const int64_t *cu_seqlens, 
                 row_sum += s[j];
             }
             // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
-            const float alpha = fa_exp2(w->m_i[i] - m_use);
-            w->l_i[i] = w->l_i[i] * alpha + row_sum;
-            w->m_i[i] = m_new;
+            const float alpha = fa_exp2(w->m_i[r] - m_use);
+            w->l_i[r] = w->l_i[r] * alpha + row_sum;
+            w->m_i[r] = m_new;
 
             // acc = acc * alpha + p V_tile, VEC columns at a time, kept in registers while j runs.
             for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
@@ -172,21 +168,20 @@ static int64_t q_tile_program(const fa_shape *shape, const int64_t *cu_seqlens, 
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
     // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i); and what its rounding lost (fa_math.h says why).
-    for (int i = 0; i < rows; i++) {
-        const float inv_l = 1.0f / w->l_i[i];
-        for (int64_t d = 0; d < D; d++)
-            o[(q_start + i) * o_strides.s + d * o_strides.d] = w->acc[i * D_pad + d] * inv_l;
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
+        const float inv_l = 1.0f / w->l_i[r];
+        for (int64_t d = 0; d < D; d++) o[i * t->o_strides.s + d * t->o_strides.d] = w->acc[r * D_pad + d] * inv_l;
         float residual;
-        lse[(q_start + i) * shape->H] = lse_from_base2(w->m_i[i], w->l_i[i], &residual);
-        if (lse_residual) lse_residual[(q_start + i) * shape->H] = residual;
+        const float row_lse = lse_from_base2(w->m_i[r], w->l_i[r], &residual);
+        t->lse[(cu_seqlens[b] + i) * shape->H + h] = row_lse;   // LSE (and its residual) is [total, H]
+        if (t->lse_residual) t->lse_residual[(cu_seqlens[b] + i) * shape->H + h] = residual;
     }
     return tiles;
 }
 
 void flash_forward_varlen_cpu(const fa_shape *shape, const int64_t *cu_seqlens, const int64_t *cu_q_tiles,
-                           int block_m, int block_n, const float *q, fa_strides q_strides,
-                           const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                           fa_strides o_strides, float *lse, float *lse_residual, int64_t *tiles_visited) {
+                              int block_m, int block_n, const forward_tensors *t, int64_t *tiles_visited) {
     // Varlen: the real Q tiles of all sequences, and the heads (shape->B is the number of sequences).
     const int64_t n_q_tiles = cu_q_tiles[shape->B], BH = shape->H;
     int64_t visited = 0;
@@ -196,15 +191,13 @@ void flash_forward_varlen_cpu(const fa_shape *shape, const int64_t *cu_seqlens, 
         // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, q_tile): one iteration is one thread block.
 #pragma omp for collapse(2) schedule(dynamic) reduction(+ : visited)
         for (int64_t bh = 0; bh < BH; bh++)
-            for (int64_t t = 0; t < n_q_tiles; t++) {
-                // Causal: the last Q tiles see the most keys. Starting with them, the short ones fill in at the end.
-                const int64_t q_tile = n_q_tiles - 1 - t;
+            for (int64_t q_tile = 0; q_tile < n_q_tiles; q_tile++) {
+                // The Q tile order. Causal, the last Q tiles see the most keys: starting with them, the short ones
+                // fill in at the end instead of a few long ones running last.
                 // Varlen: the tile's sequence, and its first row in the sequence (bh runs over the heads here).
-                const int64_t b = varlen_tile_sequence(cu_q_tiles, shape->B, q_tile);
-                visited += q_tile_program(shape, cu_seqlens,
-                                          block_m, block_n, b * shape->H + bh,
-                                          (q_tile - cu_q_tiles[b]) * block_m, q, q_strides, k, k_strides,
-                                          v, v_strides, o, o_strides, lse, lse_residual, &w);
+                const int64_t tile = n_q_tiles - 1 - q_tile, b = varlen_tile_sequence(cu_q_tiles, shape->B, tile);
+                const int64_t q_start = (tile - cu_q_tiles[b]) * block_m;
+                visited += q_tile_program(shape, cu_seqlens, block_m, block_n, b * shape->H + bh, q_start, t, &w);
             }
         free(w.q_tile);
     }

@@ -21,10 +21,8 @@
 #include "extensions.h"
 
 #include <math.h>
-#include <stdint.h>
 
 #include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
-#define MAX_GRID_Y 65535            // the hardware limit of gridDim.y: more heads take more launches
 
 // A thread holds at most this many dimensions of its row's q and acc (2 * 64 registers already, next to the
 // BLOCK_N scores); a larger D is split over D / 64 threads.
@@ -63,17 +61,13 @@ template <int PARTS> __device__ __forceinline__ float add_in_pairs(float (&x)[PA
     return x[0];
 }
 
-// grid: (number of Q tiles, heads of this launch), block: BLOCK_M * THREADS_PER_ROW threads.
-// q, o: [B, H, S_q, D]; k, v: [B, H, S_k, D], with strides (stride d is 1); lse: [B, H, S_q], contiguous.
-// Shared memory: the K tile and the V tile, [BLOCK_N, D] each.
+// grid: (number of Q tiles, heads of this launch: forward4d.h), block: BLOCK_M * THREADS_PER_ROW threads.
+// q, o: [B, H, S_q, D]; k, v: [B, H, S_k, D], strided (d: 1); lse: [B, H, S_q], contiguous. Shared memory: the K
+// tile and the V tile, [BLOCK_N, D].
 template <int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(BLOCK_M * row_split<D>::THREADS_PER_ROW)
-flash_forward_window_kernel(const float *__restrict__ q, fa_strides q_strides, const float *__restrict__ k,
-                         fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
-                         float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse,
-                         float *__restrict__ lse_residual, int64_t S_q,
-                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal,
-                         int64_t left, int64_t right) {
+flash_forward_window_kernel(const forward_tensors t, const fa_shape shape, int64_t bh_first, float qk_scale,
+                            int64_t left, int64_t right) {
     constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
@@ -82,18 +76,20 @@ flash_forward_window_kernel(const float *__restrict__ q, fa_strides q_strides, c
     float4 *k_tile = smem;                                   // [BLOCK_N][D / 4]
     float4 *v_tile = smem + TILE_FLOAT4;                     // [BLOCK_N][D / 4]
 
+    const int64_t S_q = shape.Sq, S_k = shape.Sk;
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
-    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
-    q += b * q_strides.b + h * q_strides.h;
-    k += b * k_strides.b + h * k_strides.h;
-    v += b * v_strides.b + h * v_strides.h;
-    o += b * o_strides.b + h * o_strides.h;
+    const int64_t bh = bh_first + blockIdx.y, b = bh / shape.H, h = bh % shape.H;
+    const float *__restrict__ q = t.q + b * t.q_strides.b + h * t.q_strides.h;
+    const float *__restrict__ k = t.k + b * t.k_strides.b + h * t.k_strides.h;
+    const float *__restrict__ v = t.v + b * t.v_strides.b + h * t.v_strides.h;
+    float *__restrict__ o = t.o + b * t.o_strides.b + h * t.o_strides.h;
 
-    const int part = threadIdx.x % THREADS_PER_ROW;          // which chunks of the row this thread holds
-    // Causal: the last Q tiles see the most keys, and the first blocks launched get them, so that the short ones
-    // fill the GPU at the end instead of a few long ones running alone.
+    // The Q tile order. Causal, the last Q tiles see the most keys: blockIdx.x = 0 takes the last one, so that the
+    // longest blocks start first and the short ones fill the GPU at the end, instead of a few long ones running last.
     const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
-    const int64_t i = q_start + threadIdx.x / THREADS_PER_ROW;   // this thread's query row
+    const int part = threadIdx.x % THREADS_PER_ROW;          // which chunks of the row this thread holds
+    const int r = threadIdx.x / THREADS_PER_ROW;             // this thread's row in the tile
+    const int64_t i = q_start + r;                           // and in the head
     const bool row_exists = i < S_q;   // rows past S_q compute like the others (no thread skips a barrier)
                                        // but load zeros and store nothing
 
@@ -102,7 +98,7 @@ flash_forward_window_kernel(const float *__restrict__ q, fa_strides q_strides, c
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++) {
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (row_exists) x = reinterpret_cast<const float4 *>(q + i * q_strides.s)[chunk_of<D>(c, part)];
+        if (row_exists) x = reinterpret_cast<const float4 *>(q + i * t.q_strides.s)[chunk_of<D>(c, part)];
         q_i[c] = make_float4(x.x * qk_scale, x.y * qk_scale, x.z * qk_scale, x.w * qk_scale);
         acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
@@ -123,23 +119,23 @@ flash_forward_window_kernel(const float *__restrict__ q, fa_strides q_strides, c
             const int64_t key = k_start + f / ROW_FLOAT4;
             float4 k4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v4 = k4;
             if (key < S_k) {
-                k4 = reinterpret_cast<const float4 *>(k + key * k_strides.s)[f % ROW_FLOAT4];
-                v4 = reinterpret_cast<const float4 *>(v + key * v_strides.s)[f % ROW_FLOAT4];
+                k4 = reinterpret_cast<const float4 *>(k + key * t.k_strides.s)[f % ROW_FLOAT4];
+                v4 = reinterpret_cast<const float4 *>(v + key * t.v_strides.s)[f % ROW_FLOAT4];
             }
             k_tile[f] = k4;
             v_tile[f] = v4;
         }
         __syncthreads();
 
-        // Scores s[j] = qk_scale * q_i . k_j, each summed in SCORE_PARTS interleaved parts added in pairs, the order
-        // in which phase 4's backward sums the same scores (forward4d.h, SCORE_PART_DIMS). Each float4 read from
-        // shared memory feeds 4 multiply-adds, and the parts are independent sums that advance together.
+        // Scores s[j] = qk_scale * q_i . k_j, each summed in PARTS interleaved parts added in pairs: the order in which
+        // phase 4 sums the same scores (forward4d.h, SCORE_PART_DIMS). Each float4 from shared memory feeds 4 FMAs.
         float s[BLOCK_N];
 #pragma unroll
         for (int j = 0; j < BLOCK_N; j++) {
             float part_sum[row_split<D>::PARTS] = {};
 #pragma unroll
-            for (int c = 0; c < CHUNKS; c++) dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
+            for (int c = 0; c < CHUNKS; c++)
+                dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
             s[j] = add_in_pairs(part_sum);
         }
         // D = 128: the threads of a row (neighbouring lanes of one warp) add up their parts of each dot product;
@@ -205,88 +201,50 @@ flash_forward_window_kernel(const float *__restrict__ q, fa_strides q_strides, c
     const float inv_l = l_i > 0.0f ? 1.0f / l_i : 0.0f;
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++)
-        reinterpret_cast<float4 *>(o + i * o_strides.s)[chunk_of<D>(c, part)] =
+        reinterpret_cast<float4 *>(o + i * t.o_strides.s)[chunk_of<D>(c, part)] =
             make_float4(acc[c].x * inv_l, acc[c].y * inv_l, acc[c].z * inv_l, acc[c].w * inv_l);
     float residual = 0.0f;
     const float row_lse = l_i > 0.0f ? lse_from_base2(m_i, l_i, &residual) : EMPTY_ROW_LSE;
-    if (part == 0) lse[bh * S_q + i] = row_lse;
-    if (part == 0 && lse_residual) lse_residual[bh * S_q + i] = residual;
-}
-
-// The kernel reads and writes whole rows as float4s: every row must start on 16 bytes, with its D floats next to
-// each other.
-static void check_float4_rows(const char *name, const float *x, fa_strides strides) {
-    const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
-    if (strides.d != 1 || !aligned)
-        fa_die("the CUDA kernels of phase 3 need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
-               "aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
-               (long long)strides.h, (long long)strides.s, (long long)strides.d);
+    if (part == 0) t.lse[bh * S_q + i] = row_lse;
+    if (part == 0 && t.lse_residual) t.lse_residual[bh * S_q + i] = residual;
 }
 
 // Launches one instantiation. The two tiles can pass the 48 KiB a kernel gets without asking (D = 128 with
 // BLOCK_N = 64 needs 64 KiB), so the kernel asks for what it uses.
 template <int D, int BLOCK_M, int BLOCK_N>
-static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, const float *k, fa_strides k_strides,
-                   const float *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual,
-                   int64_t left, int64_t right) {
+static void launch(const fa_shape *shape, const forward_tensors *t, int64_t left, int64_t right) {
     auto kernel = flash_forward_window_kernel<D, BLOCK_M, BLOCK_N>;
     const int smem_bytes = 2 * BLOCK_N * D * (int)sizeof(float);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
     const float qk_scale = shape->scale * LOG2E;
     const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
-        const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
-        kernel<<<dim3(q_tiles, heads), BLOCK_M * row_split<D>::THREADS_PER_ROW, smem_bytes>>>(
-            q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual, shape->Sq, shape->Sk, shape->H, bh_first,
-            qk_scale, shape->causal, left, right);
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // at most MAX_GRID_Y heads a launch
+        kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M * row_split<D>::THREADS_PER_ROW,
+                 smem_bytes>>>(*t, *shape, bh_first, qk_scale, left, right);
         FA_CUDA_CHECK_LAUNCH();
     }
 }
 
+// The one dispatch: (D, BLOCK_M, BLOCK_N) to the instantiation compiled for it (the header lists them).
 template <int D>
-static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                         const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                         fa_strides o_strides, float *lse, float *lse_residual, int64_t left, int64_t right) {
-    if (block_m == 64 && block_n == 32)
-        launch<D, 64, 32>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
-                          left, right);
-    else if (block_m == 64 && block_n == 64)
-        launch<D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
-                          left, right);
-    else if (block_m == 128 && block_n == 64)
-        launch<D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_residual,
-                          left, right);
-    else
-        fa_die("the CUDA kernels of phase 3 are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
-               FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
+static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t, int64_t left,
+                         int64_t right) {
+    if (block_m == 64 && block_n == 32) launch<D, 64, 32>(shape, t, left, right);
+    else if (block_m == 64 && block_n == 64) launch<D, 64, 64>(shape, t, left, right);
+    else if (block_m == 128 && block_n == 64) launch<D, 128, 64>(shape, t, left, right);
+    else fa_die("the CUDA kernel is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
+                FLASH4D_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_window_cuda(const fa_shape *shape, int64_t window_left, int64_t window_right,
-                                       int block_m, int block_n, const float *q,
-                                       fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                                       fa_strides v_strides, float *o, fa_strides o_strides, float *lse, float *lse_residual) {
-    check_float4_rows("Q", q, q_strides);
-    check_float4_rows("K", k, k_strides);
-    check_float4_rows("V", v, v_strides);
-    check_float4_rows("O", o, o_strides);
+extern "C" void flash_forward_window_cuda(const fa_shape *shape, int64_t window_left, int64_t window_right, int block_m,
+                                          int block_n, const forward_tensors *t) {
+    check_float4_tensors(t);   // forward4d.h
     switch (shape->D) {
-    case 16:
-        launch_tiles<16>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
-                         lse_residual, window_left, window_right);
-        break;
-    case 32:
-        launch_tiles<32>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
-                         lse_residual, window_left, window_right);
-        break;
-    case 64:
-        launch_tiles<64>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
-                         lse_residual, window_left, window_right);
-        break;
-    case 128:
-        launch_tiles<128>(shape, block_m, block_n, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse,
-                         lse_residual, window_left, window_right);
-        break;
-    default: fa_die("the CUDA kernels of phase 3 support D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
+    case 16: launch_tiles<16>(shape, block_m, block_n, t, window_left, window_right); break;
+    case 32: launch_tiles<32>(shape, block_m, block_n, t, window_left, window_right); break;
+    case 64: launch_tiles<64>(shape, block_m, block_n, t, window_left, window_right); break;
+    case 128: launch_tiles<128>(shape, block_m, block_n, t, window_left, window_right); break;
+    default: fa_die("the CUDA kernel supports D in {16, 32, 64, 128}, not %lld", (long long)shape->D);
     }
 }
