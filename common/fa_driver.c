@@ -35,11 +35,12 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
                         float *o_host, float *o_device, float *lse_host, float *lse_device) {
     impl->n_outputs = 0;
     fa_output *o = &impl->outputs[impl->n_outputs++];
-    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0};
+    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL};
     fa_dims_q(shape, o->dims);
     if (!lse_host) return;
     fa_output *lse = &impl->outputs[impl->n_outputs++];
-    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0};
+    *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0,
+                       NULL};
     fa_dims_lse(shape, lse->dims);
 }
 
@@ -133,8 +134,12 @@ void fa_free_inputs(fa_inputs *in) {
     free(in->dout);
 }
 
-// Picks `count` heads spread evenly over 0..BH-1, always the first and the last.
-static void choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
+int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head) {
+    const int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / flops_per_head);
+    return count < 1 ? 1 : count;
+}
+
+void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count) {
     memset(heads, 0, (size_t)BH);
     if (count >= BH) {
         memset(heads, 1, (size_t)BH);
@@ -203,9 +208,8 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     if (!ref->heads) fa_die("out of host memory: the oracle's head mask needs %lld bytes", (long long)BH);
     // FLOPs per head: the oracle's passes and fa_oracle_magnitudes' (about as many again).
     double per_head = 4.0 * (double)s->Sq * (double)s->Sk * (double)s->D * (backward ? 6.0 : 2.0);
-    int64_t count = opt->check_heads > 0 ? opt->check_heads : (int64_t)(ORACLE_FLOP_BUDGET / per_head);
-    if (count < 1) count = 1;
-    choose_heads(ref->heads, BH, count);
+    const int64_t count = fa_heads_to_check(opt, per_head);
+    fa_choose_heads(ref->heads, BH, count);
     ref->heads_checked = (int)(count < BH ? count : BH);
     ref->tol_forward = fa_tolerance_for_inputs(s, in, FA_TOL_FORWARD);
     // The same as fa_tolerance_for_inputs(s, in, FA_TOL_BACKWARD) (the logit term is shared), without a second pass
@@ -320,7 +324,8 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
     for (int i = 0; i < impl->n_outputs; i++) {
         const fa_output *out = &impl->outputs[i];
         fa_check check = fa_verify_results_scaled(check_label, out->name, out->host, out->want, out->dims,
-                                                  ref->heads, out->tolerance, out->scale);
+                                                  out->heads ? out->heads : ref->heads, out->tolerance,
+                                                  out->scale);
         if (out->reference_label)
             fa_check_against_reference(&check, fa_report_find_check(report, out->reference_label, out->name),
                                        out->reference_factor);
@@ -529,9 +534,12 @@ void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, co
                               const fa_half_rule *rule, float *dq_host, float *dq_device, float *dk_host,
                               float *dk_device, float *dv_host, float *dv_device) {
     impl->n_outputs = 3;
-    impl->outputs[0] = (fa_output){"dQ", dq_host, dq_device, {0}, ref->dq, rule->tol_dq, ref->scale.dq, NULL, 0.0};
-    impl->outputs[1] = (fa_output){"dK", dk_host, dk_device, {0}, ref->dk, rule->tol_dk, ref->scale.dk, NULL, 0.0};
-    impl->outputs[2] = (fa_output){"dV", dv_host, dv_device, {0}, ref->dv, rule->tol_dv, ref->scale.dv, NULL, 0.0};
+    impl->outputs[0] = (fa_output){"dQ", dq_host, dq_device, {0}, ref->dq, rule->tol_dq, ref->scale.dq, NULL, 0.0,
+                                   NULL};
+    impl->outputs[1] = (fa_output){"dK", dk_host, dk_device, {0}, ref->dk, rule->tol_dk, ref->scale.dk, NULL, 0.0,
+                                   NULL};
+    impl->outputs[2] = (fa_output){"dV", dv_host, dv_device, {0}, ref->dv, rule->tol_dv, ref->scale.dv, NULL, 0.0,
+                                   NULL};
     fa_dims_q(shape, impl->outputs[0].dims);
     fa_dims_kv(shape, impl->outputs[1].dims);
     fa_dims_kv(shape, impl->outputs[2].dims);

@@ -43,6 +43,9 @@ typedef struct {
     // ran earlier in the report: the label of its check rows ("naive backward cpu") and the factor; NULL for none.
     const char *reference_label;
     double reference_factor;
+    // The heads the oracle computed for this output, when they are not the reference's (NULL: ref->heads). With GQA
+    // (phase 6), dK and dV have H_kv heads, and their mask is over those.
+    const unsigned char *heads;
 } fa_output;
 
 // One implementation of one step: how to run it once, and what it writes.
@@ -79,6 +82,11 @@ void fa_free_inputs(fa_inputs *in);
 // Runs the oracle on the heads --check-heads (or the time budget) selects; prints a line while it works.
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref);
 void fa_free_reference(fa_reference *ref);
+// How many heads the oracle checks: --check-heads, or as many as its time budget allows at this cost per head.
+int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head);
+// Marks `count` of the BH bytes of heads with 1, spread evenly over 0..BH-1, always the first and the last (all of
+// them when count >= BH); the others 0. fa_make_reference samples the heads it checks with it.
+void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count);
 
 // The tolerance of a check on these inputs: `base` (FA_TOL_FORWARD or FA_TOL_BACKWARD), raised when the logits are
 // large. A float32 dot product of D terms carries an error of about eps * sqrt(D) * scale * max|q| * max|k|, and an

@@ -129,11 +129,11 @@ static void backward_outputs(fa_implementation *impl, const fa_shape *s, const f
                              grads device, const char *reference_label) {
     impl->n_outputs = 3;
     impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, ref->tol_backward, ref->scale.dq,
-                                   reference_label, BACKWARD_ERROR_FACTOR};
+                                   reference_label, BACKWARD_ERROR_FACTOR, NULL};
     impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, ref->tol_backward, ref->scale.dk,
-                                   reference_label, BACKWARD_ERROR_FACTOR};
+                                   reference_label, BACKWARD_ERROR_FACTOR, NULL};
     impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, ref->tol_backward, ref->scale.dv,
-                                   reference_label, BACKWARD_ERROR_FACTOR};
+                                   reference_label, BACKWARD_ERROR_FACTOR, NULL};
     fa_dims_q(s, impl->outputs[0].dims);
     fa_dims_kv(s, impl->outputs[1].dims);
     fa_dims_kv(s, impl->outputs[2].dims);

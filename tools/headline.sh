@@ -2,11 +2,12 @@
 # tools/headline.sh BINDIR - every phase at the shapes the docs quote (B=4 H=16 S=4096 on the GPU), with the check
 # block and timing table each prints. Phases that are not built are left out. tools/gpu_check.sh runs it into
 # headline.log.
-# FA_HEADLINE_PHASES picks phases (default "1 2 3 4 5 pytorch"; "pytorch" is PyTorch's scaled_dot_product_attention at
-# the same shapes, through tools/pytorch_compare.py, where python3 has PyTorch and sees the GPU).
+# FA_HEADLINE_PHASES picks phases (default "1 2 3 4 5 6 pytorch"; "pytorch" is PyTorch's
+# scaled_dot_product_attention at the same shapes, through tools/pytorch_compare.py, where python3 has PyTorch and
+# sees the GPU; phase 6's varlen run is compared with phase 3 step 3 on the padded batch, run when "3" is picked too).
 set -uo pipefail
 BIN=${1:-build/bin}
-PHASES=${FA_HEADLINE_PHASES:-1 2 3 4 5 pytorch}
+PHASES=${FA_HEADLINE_PHASES:-1 2 3 4 5 6 pytorch}
 status=0
 run() {   # run BINARY ARGS...: prints the command, then its output
     local binary=$1; shift
@@ -61,6 +62,25 @@ for dtype in fp16 bf16; do
         done
     done
 done
+
+# Phase 6 (docs/08-extensions.md): the feature kernels with their feature off beside phase 3 step 3, softcapping on,
+# split-KV decoding at the goal shape, and the window and varlen runs beside the full and padded runs they replace.
+for D in 64 128; do
+    for causal in "" "--causal"; do
+        run phase6_extensions --impl cuda --B 4 --H 16 --S 4096 --D $D $causal --check-heads 2 --iters 20
+    done
+done
+run phase6_extensions --impl cuda --B 4 --H 16 --S 4096 --D 64 --softcap 30 --check-heads 2 --iters 20
+for Sk in 8192 32768 131072; do
+    run phase6_extensions --impl cuda --B 4 --H 32 --Sq 1 --Sk $Sk --D 128 --check-heads 2 --iters 20
+done
+for window in "--window 1024,0" ""; do
+    run phase6_extensions --impl cuda --B 1 --H 16 --S 16384 --D 64 $window --causal --block-m 64 --block-n 64 \
+        --check-heads 2 --iters 20
+done
+run phase6_extensions --impl cuda --seqlens 512,8192,100,3000,16384,7 --H 16 --D 64 --causal --check-heads 200 \
+    --iters 20
+run phase3_forward_4d --impl cuda --step 3 --B 6 --H 16 --S 16384 --D 64 --causal --check-heads 1 --iters 20   # padded
 
 # PyTorch: the ceilings (a float32 matmul, a device copy), then at the same shape its float32 math (S materialised)
 # and memory-efficient kernels, and FlashAttention-2 and cuDNN in fp16 and bf16.
