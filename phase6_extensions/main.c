@@ -571,6 +571,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     }
 }
 
+#if FA_HAVE_CUDA
 // Split-KV is judged by the bandwidth it reads K and V at (decoding reads each once): a note beside the table.
 static void note_splitkv_bandwidth(fa_report *report, const fa_options *opt, const ext_options *e) {
     const fa_shape *s = &opt->shape;
@@ -590,6 +591,7 @@ static void note_splitkv_bandwidth(fa_report *report, const fa_options *opt, con
         fa_report_add_note(report, "split-KV cuda: %.1fx the speed of phase 3 step 3 on the same problem",
                            phase3_ms / split_ms);
 }
+#endif
 
 static void run_device(fa_report *report, const fa_options *opt, const problem *p, const fa_reference *ref,
                        const device_buffers *dev, const int run[N_ROW_KINDS]) {
