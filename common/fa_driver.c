@@ -408,6 +408,13 @@ static uint16_t *alloc_half(int64_t n, const char *what) {
     return (uint16_t *)fa_alloc_floats((n + 1) / 2, what);
 }
 
+// The half references' outputs start at zero: the heads the oracle left out are only scanned for NaN.
+static float *alloc_zeros(int64_t n, const char *what) {
+    float *x = fa_alloc_floats(n, what);
+    memset(x, 0, (size_t)n * sizeof(float));
+    return x;
+}
+
 void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half) {
     const fa_shape *s = &opt->shape;
     half->dtype = opt->dtype;
@@ -438,11 +445,8 @@ void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs
     int64_t dims_o[4], dims_lse[4];
     fa_dims_q(s, dims_o);
     fa_dims_lse(s, dims_lse);
-    // Zeroed: the heads the oracle left out are only scanned for NaN.
-    float *o = fa_alloc_floats(fa_numel_q(s), "the half reference's O");
-    float *lse = fa_alloc_floats(fa_numel_lse(s), "the half reference's LSE");
-    memset(o, 0, (size_t)fa_numel_q(s) * sizeof(float));
-    memset(lse, 0, (size_t)fa_numel_lse(s) * sizeof(float));
+    float *o = alloc_zeros(fa_numel_q(s), "the half reference's O");
+    float *lse = alloc_zeros(fa_numel_lse(s), "the half reference's LSE");
     fa_set_threads(opt->threads);
     fa_half_reference_forward(s, dtype, in->q, in->k, in->v, ref->heads, o, lse);
 
@@ -481,13 +485,9 @@ void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const 
     int64_t dims_q[4], dims_kv[4];
     fa_dims_q(s, dims_q);
     fa_dims_kv(s, dims_kv);
-    // Zeroed: the heads the oracle left out are only scanned for NaN.
-    float *dq = fa_alloc_floats(fa_numel_q(s), "the half reference's dQ");
-    float *dk = fa_alloc_floats(fa_numel_kv(s), "the half reference's dK");
-    float *dv = fa_alloc_floats(fa_numel_kv(s), "the half reference's dV");
-    memset(dq, 0, (size_t)fa_numel_q(s) * sizeof(float));
-    memset(dk, 0, (size_t)fa_numel_kv(s) * sizeof(float));
-    memset(dv, 0, (size_t)fa_numel_kv(s) * sizeof(float));
+    float *dq = alloc_zeros(fa_numel_q(s), "the half reference's dQ");
+    float *dk = alloc_zeros(fa_numel_kv(s), "the half reference's dK");
+    float *dv = alloc_zeros(fa_numel_kv(s), "the half reference's dV");
     fa_set_threads(opt->threads);
     fa_half_reference_backward(s, dtype, in->q, in->k, in->v, in->dout, ref->heads, dq, dk, dv);
 

@@ -5,6 +5,7 @@
 #include "fa_shape.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <omp.h>
@@ -13,14 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int failures = 0;
-#define EXPECT(cond)                                                                  \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);       \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------------------------------
 static void test_verify(void) {

@@ -14,6 +14,7 @@
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <omp.h>
@@ -21,16 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                                            \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: FAILED: ", __FILE__, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                            \
-            fputc('\n', stderr);                                                     \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
 
 // A problem: float32 inputs, O and LSE, and the oracle's gradients.
 typedef struct {
@@ -74,7 +65,7 @@ static void free_problem(problem *p) {
 
 static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
     const char *differs = grads_first_difference(s, a, b);
-    EXPECT(differs == NULL, "%s: %s differs", what, differs);
+    EXPECT_MSG(differs == NULL, "%s: %s differs", what, differs);
 }
 
 static void expect_matches_oracle(const problem *p, const grads *g, const char *what) {
@@ -84,7 +75,7 @@ static void expect_matches_oracle(const problem *p, const grads *g, const char *
     for (int i = 0; i < 3; i++) {
         fa_check c = fa_verify_results(what, t[i].name, t[i].got, t[i].want, t[i].dims, NULL, FA_TOL_BACKWARD);
         printf("  %-34s %s rel err %.2e %s\n", what, t[i].name, c.rel_err, c.pass ? "ok" : "FAIL");
-        EXPECT(c.pass, "%s: %s does not match the oracle (rel err %.3e)", what, t[i].name, c.rel_err);
+        EXPECT_MSG(c.pass, "%s: %s does not match the oracle (rel err %.3e)", what, t[i].name, c.rel_err);
     }
 }
 
@@ -162,7 +153,7 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
     flash_backward_cpu(s, block_m, block_n, FA_DQ_ATOMIC, &t);
     expect_matches_oracle(&p, &atomic, "atomic, 3 threads");
     // dK and dV do not depend on the dQ variant: the same bits.
-    EXPECT(memcmp(atomic.dk, runs[0].dk, (size_t)fa_numel_kv(s) * sizeof(float)) == 0 &&
+    EXPECT_MSG(memcmp(atomic.dk, runs[0].dk, (size_t)fa_numel_kv(s) * sizeof(float)) == 0 &&
                memcmp(atomic.dv, runs[0].dv, (size_t)fa_numel_kv(s) * sizeof(float)) == 0,
            "atomic variant: dK or dV differs from the deterministic run");
 

@@ -17,22 +17,13 @@
 #include "fa_test_grads.h"
 #include "tc_backward.h"
 #include "tensor_cores.h"
+#include "fa_test_expect.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                                            \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: FAILED: ", __FILE__, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                            \
-            fputc('\n', stderr);                                                     \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
 
 static const fa_cli_spec SPEC = {.program = "test_phase5_backward", .summary = "",
                                  .defaults = {1, 1, 1, 1, 1, 0, 0.0f}, .default_block_m = 64,
@@ -58,9 +49,9 @@ static void make_problem(problem *p, const char *dtype, const char *D, int causa
     fa_make_reference(&p->opt, &p->in, 1, &p->ref);
     fa_make_half_backward_rule(&p->report, &p->opt, &p->in, &p->ref, &p->rule);
     // The reference's own rows pass their bound, and the rule is 3 x their error plus the float32 tolerance.
-    EXPECT(p->report.n_checks == 3 && p->report.checks[0].pass && p->report.checks[1].pass &&
+    EXPECT_MSG(p->report.n_checks == 3 && p->report.checks[0].pass && p->report.checks[1].pass &&
            p->report.checks[2].pass, "the half reference backward fails its own bound");
-    EXPECT(p->rule.ref_err_dq > 0.0 && p->rule.tol_dq > 3.0 * p->rule.ref_err_dq, "the rule for dQ is not set");
+    EXPECT_MSG(p->rule.ref_err_dq > 0.0 && p->rule.tol_dq > 3.0 * p->rule.ref_err_dq, "the rule for dQ is not set");
     fa_make_half_inputs(&p->opt, &p->in, &p->half);
     p->qs = fa_strides_contiguous(p->opt.shape.H, p->opt.shape.Sq, p->opt.shape.D);
     p->ks = fa_strides_contiguous(p->opt.shape.H, p->opt.shape.Sk, p->opt.shape.D);
@@ -91,7 +82,7 @@ static int passes_rule(const problem *p, const grads *g, const char *what, int q
 
 static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
     const char *differs = grads_first_difference(s, a, b);
-    EXPECT(differs == NULL, "%s: %s differs", what, differs);
+    EXPECT_MSG(differs == NULL, "%s: %s differs", what, differs);
 }
 
 static tc_backward_tensors tensors(const problem *p, const void *q, const void *k, const void *v, const void *dout,
@@ -120,15 +111,15 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &atomic);
     flash_backward_tc_cpu(s, p.opt.dtype, 32, 48, FA_DQ_ATOMIC, &t);   // other tiles: the CPU takes any
 
-    EXPECT(passes_rule(&p, &det1, "deterministic, 1 thread", 0), "%s D=%s: deterministic fails the rule", dtype, D);
-    EXPECT(passes_rule(&p, &atomic, "atomic, 2 threads, tiles 32x48", 0), "%s D=%s: atomic fails the rule", dtype, D);
+    EXPECT_MSG(passes_rule(&p, &det1, "deterministic, 1 thread", 0), "%s D=%s: deterministic fails the rule", dtype, D);
+    EXPECT_MSG(passes_rule(&p, &atomic, "atomic, 2 threads, tiles 32x48", 0), "%s D=%s: atomic fails the rule", dtype, D);
     expect_same_bits(s, &det1, &det2, "deterministic, 1 vs 2 threads");
 
     // One element of dK moved by 1.01 x the allowed error fails the rule.
     const int64_t at = fa_numel_kv(s) - 3;
     const float saved = det1.dk[at];
     det1.dk[at] = (float)(p.ref.dk[at] + (p.ref.dk[at] > 0 ? -1.01 : 1.01) * p.rule.tol_dk * p.ref.scale.dk);
-    EXPECT(!passes_rule(&p, &det1, "planted", 1), "%s D=%s: a planted dK element passes", dtype, D);
+    EXPECT_MSG(!passes_rule(&p, &det1, "planted", 1), "%s D=%s: a planted dK element passes", dtype, D);
     det1.dk[at] = saved;
 
     // A log-sum-exp 0.02 too large makes every P 2% too small: the gradients must fail.
@@ -136,7 +127,7 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     grads off = grads_alloc(s);
     t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &off);
     flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
-    EXPECT(!passes_rule(&p, &off, "LSE + 0.02", 0), "%s D=%s: a backward with P 2%% off passes", dtype, D);
+    EXPECT_MSG(!passes_rule(&p, &off, "LSE + 0.02", 0), "%s D=%s: a backward with P 2%% off passes", dtype, D);
 
     grads_free(&det1), grads_free(&det2), grads_free(&atomic), grads_free(&off);
     free(o), free(lse), free(delta);
@@ -170,8 +161,8 @@ static void test_cuda_case(const char *dtype, const char *D, int causal) {
         fa_gpu_download(runs[r].dk, device.dk, fa_numel_kv(s));
         fa_gpu_download(runs[r].dv, device.dv, fa_numel_kv(s));
     }
-    EXPECT(passes_rule(&p, &runs[0], "deterministic", 0), "%s D=%s: deterministic fails the rule", dtype, D);
-    EXPECT(passes_rule(&p, &runs[2], "atomic", 0), "%s D=%s: atomic fails the rule", dtype, D);
+    EXPECT_MSG(passes_rule(&p, &runs[0], "deterministic", 0), "%s D=%s: deterministic fails the rule", dtype, D);
+    EXPECT_MSG(passes_rule(&p, &runs[2], "atomic", 0), "%s D=%s: atomic fails the rule", dtype, D);
     expect_same_bits(s, &runs[0], &runs[1], "deterministic, run 1 vs run 2");
     for (int r = 0; r < 3; r++) grads_free(&runs[r]);
     fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);

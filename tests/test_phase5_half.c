@@ -5,20 +5,13 @@
 #include "fa_half.h"
 #include "fa_tensor.h"
 #include "tensor_cores.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define EXPECT(cond)                                                                  \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);       \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------------------------------
 // The conversions, against a reference written the other way: in double precision, from the definition. A finite x

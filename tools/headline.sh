@@ -88,12 +88,13 @@ if [[ " $PHASES " == *" pytorch "* ]]; then
     csv=$(mktemp)
     echo; echo "\$ pytorch_compare.py --ceilings"
     python3 "$(dirname "$0")/pytorch_compare.py" --ceilings 2>&1
-    args="--B 4 --H 16 --S 4096 --D 64 128 --backends math efficient flash cudnn --dtypes fp32 fp16 bf16"
-    args+=" --passes forward backward --iters 10"
-    echo; echo "\$ pytorch_compare.py --csv CSV $args"
-    python3 "$(dirname "$0")/pytorch_compare.py" --csv "$csv" $args 2>&1
-    rc=$?
-    [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
+    shape="--B 4 --H 16 --S 4096 --D 64 128 --passes forward backward --iters 10"
+    for kernels in "--backends math efficient --dtypes fp32" "--backends flash cudnn --dtypes fp16 bf16"; do
+        echo; echo "\$ pytorch_compare.py --csv CSV $shape $kernels"
+        python3 "$(dirname "$0")/pytorch_compare.py" --csv "$csv" $shape $kernels 2>&1
+        rc=$?
+        [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1
+    done
     rm -f "$csv"
 fi
 exit $status

@@ -201,13 +201,20 @@ def measure(torch, F, args, backend, dtype, B, H, S, D, causal):
     return rows
 
 
-def run_timing(args):
+def torch_on_gpu(what):
+    """PyTorch, its functional module and a CUDA GPU, in plain float32 (no TF32); or skipped (exit 77), saying why
+    there is no `what`."""
     torch, F = import_torch()
     if torch is None:
-        skip("PyTorch is not installed (python3 -m pip install torch): no PyTorch rows")
+        skip(f"PyTorch is not installed (python3 -m pip install torch): no {what}")
     if not torch.cuda.is_available():
-        skip("PyTorch finds no CUDA GPU: the timings need one")
+        skip(f"PyTorch finds no CUDA GPU: the {what} need one")
     set_full_fp32(torch)
+    return torch, F
+
+
+def run_timing(args):
+    torch, F = torch_on_gpu("timings")
     gpu = torch.cuda.get_device_name(0).replace(",", ";")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     commit = f"torch-{torch.__version__}"
@@ -243,12 +250,7 @@ def run_timing(args):
 
 
 def run_ceilings(args):
-    torch, _ = import_torch()
-    if torch is None:
-        skip("PyTorch is not installed (python3 -m pip install torch): no ceilings")
-    if not torch.cuda.is_available():
-        skip("PyTorch finds no CUDA GPU: the ceilings need one")
-    set_full_fp32(torch)
+    torch, _ = torch_on_gpu("ceilings")
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"GPU: {torch.cuda.get_device_name(0)}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs; "
           f"torch-{torch.__version__}")
