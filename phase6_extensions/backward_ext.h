@@ -4,6 +4,7 @@
 //   softcap_backward_dkdv_*, softcap_backward_dq_*   softcapping: dS carried back through C * tanh(s / C).
 //   gqa_backward_dkdv_*, gqa_backward_dq_*           GQA / MQA: dK and dV of a K/V head summed over its group.
 //   window_backward_dkdv_*, window_backward_dq_*     the sliding window: the tiles its band reaches, and its mask.
+//   dropout_backward_dkdv_*, dropout_backward_dq_*   dropout: the forward's mask, regenerated, on dV and on dP.
 //
 // The passes take phase 4's backward_tensors; dQ is the deterministic pass (no atomic variant here), so a whole
 // backward is backward_preprocess_* (phase 4) with zero_dq = 0, then the dK/dV pass with atomic_dq = 0, then dQ.
@@ -43,6 +44,16 @@ void backward_dq_window_cpu(const fa_shape *shape, int64_t left, int64_t right, 
                             const backward_tensors *t);
 void backward_dq_window_cuda(const fa_shape *shape, int64_t left, int64_t right, int block_m, int block_n,
                              const backward_tensors *t);
+
+// Dropout with probability dropout_p and the mask of `seed` (the forward was phase6_extensions/dropout_*).
+void backward_dkdv_dropout_cpu(const fa_shape *shape, float dropout_p, uint64_t seed, int block_m, int block_n,
+                               const backward_tensors *t, int atomic_dq);
+void backward_dkdv_dropout_cuda(const fa_shape *shape, float dropout_p, uint64_t seed, int block_m, int block_n,
+                                const backward_tensors *t, int atomic_dq);
+void backward_dq_dropout_cpu(const fa_shape *shape, float dropout_p, uint64_t seed, int block_m, int block_n,
+                             const backward_tensors *t);
+void backward_dq_dropout_cuda(const fa_shape *shape, float dropout_p, uint64_t seed, int block_m, int block_n,
+                              const backward_tensors *t);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 //               the last query row sees the whole cache; a row that sees no key writes O = 0.
 //   varlen_*    variable-length batches: sequences packed as [total, H, D] with cumulative offsets (cu_seqlens); the
 //               grid covers only the real Q tiles, and nothing is padded.
+//   dropout_*   dropout: each probability of P is kept with probability 1 - p (and scaled by 1 / (1 - p)) or dropped,
+//               by a mask regenerated from counters (Philox, philox.h) in the forward, the backward and the oracle.
 //   splitkv_*   split-KV decoding: the keys of one head are split over many blocks, each writes a partial O and its
 //               LSE, and a combine pass merges the partials by their LSEs (the online softmax once more).
 //
@@ -26,6 +28,7 @@
 #include <float.h>
 
 #include "forward4d.h"
+#include "philox.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +42,8 @@ typedef struct {
     int64_t window_left, window_right; // -1: unbounded on that side (both -1: no window)
     float softcap;                     // 0: off
     int bottom_right;                  // causal alignment: 0 top-left (the suite's default), 1 bottom-right
+    float dropout_p;                   // the probability that a probability is dropped, 0 <= p < 1 (0: off)
+    uint64_t dropout_seed;             // the generator's key (the driver's --seed)
 } ext_options;
 
 // The first key of the diagonal: row i of a causal attention sees keys j <= i + key_offset.
@@ -85,6 +90,39 @@ FA_HOST_DEVICE static inline int64_t window_first_tile(int64_t left, int64_t q_s
     return (q_start - left) / block_n * block_n;
 }
 
+// --- Dropout's mask (dropout_*): regenerated from counters wherever it is needed, never stored. -----------------
+// Element (bh, i, j) (head bh = b * H + h, query row i, key j) is dropped or kept the same way in every pass that
+// asks: Philox4x32-10 (philox.h) of the counter (j / 4, i, low and high 32 bits of bh) under the key (low and high
+// 32 bits of the seed) gives four words, one for each of the keys 4 (j / 4) .. 4 (j / 4) + 3, and key j is kept
+// when its word is at least threshold = p * 2^32 (dropout_params_for): kept with probability 1 - p. One call of the
+// generator serves four neighbouring keys, which the GPU's loops over a tile take together.
+// What a kernel needs of it: the seed, the threshold, and the scale 1 / (1 - p) of the kept probabilities.
+typedef struct {
+    uint64_t seed;
+    uint32_t threshold;   // 0 when p = 0: every key is kept, the mask is off
+    float keep_scale;
+} dropout_params;
+static inline dropout_params dropout_params_for(float p, uint64_t seed) {   // 0 <= p < 1
+    const dropout_params d = {seed, (uint32_t)((double)p * 4294967296.0), 1.0f / (1.0f - p)};
+    return d;
+}
+// Bit jj of the result: whether key 4 * j4 + jj of row i of head bh is kept.
+FA_HOST_DEVICE static inline unsigned dropout_keep4(uint64_t seed, uint32_t threshold, int64_t bh, int64_t i,
+                                                    int64_t j4) {
+    philox4 counter;
+    counter.w[0] = (uint32_t)j4;
+    counter.w[1] = (uint32_t)i;
+    counter.w[2] = (uint32_t)bh;
+    counter.w[3] = (uint32_t)((uint64_t)bh >> 32);
+    const philox4 r = philox4x32_10(counter, (uint32_t)seed, (uint32_t)(seed >> 32));
+    return (unsigned)(r.w[0] >= threshold) | (unsigned)(r.w[1] >= threshold) << 1 |
+           (unsigned)(r.w[2] >= threshold) << 2 | (unsigned)(r.w[3] >= threshold) << 3;
+}
+// Whether key j of row i of head bh is kept (one key of dropout_keep4's four).
+FA_HOST_DEVICE static inline int dropout_keep(uint64_t seed, uint32_t threshold, int64_t bh, int64_t i, int64_t j) {
+    return (int)(dropout_keep4(seed, threshold, bh, i, j / 4) >> (j % 4) & 1u);
+}
+
 // --- The feature kernels: phase 3 step 3's signature (forward4d.h) plus the feature's own parameters. ------------
 // t holds the tensors and their strides (forward_tensors, forward4d.h); tiles_visited (CPU, may be NULL) counts the
 // (Q tile, K tile) pairs processed, summed over all heads.
@@ -102,6 +140,13 @@ void flash_forward_window_cuda(const fa_shape *shape, int64_t window_left, int64
 void flash_forward_softcap_cpu(const fa_shape *shape, float softcap, int block_m, int block_n,
                                const forward_tensors *t, int64_t *tiles_visited);
 void flash_forward_softcap_cuda(const fa_shape *shape, float softcap, int block_m, int block_n,
+                                const forward_tensors *t);
+
+// Dropout with probability dropout_p (0 <= p < 1; 0 runs the kernel with its mask switched off) and the mask of
+// `seed` (dropout_keep4). LSE is the softmax's, before dropout; O = (1 / (1 - p)) sum over the kept keys of P_ij V_j.
+void flash_forward_dropout_cpu(const fa_shape *shape, float dropout_p, uint64_t seed, int block_m, int block_n,
+                               const forward_tensors *t, int64_t *tiles_visited);
+void flash_forward_dropout_cuda(const fa_shape *shape, float dropout_p, uint64_t seed, int block_m, int block_n,
                                 const forward_tensors *t);
 
 void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n,

@@ -8,9 +8,12 @@
 //   --softcap C                   scores become C * tanh(s / C), C > 0
 //   --causal-align top-left|bottom-right   with --causal: where the diagonal sits when Sq != Sk
 //   --seqlens L1,L2,...           variable-length batch: the sequences packed as [total, H, D] (sets B, Sq, Sk)
-//   --backward                    with --softcap, --H-kv or --window: the feature's forward, then its backward
+//   --dropout P                   dropout with probability P (0 <= P < 1), the mask drawn from --seed
+//   --backward                    with --softcap, --H-kv, --window or --dropout: the feature's forward, then its
+//                                 backward
 // Without a feature flag, the feature kernels that have an "off" (gqa with H_kv = H, window with no bound, align
-// top-left) run beside phase 3 step 3 on the same problem: what each feature costs when it is off. Split-KV decoding
+// top-left, dropout with P = 0) run beside phase 3 step 3 on the same problem: what each feature costs when it is
+// off. Split-KV decoding
 // runs whenever Sq <= SPLITKV_MAX_SQ and the problem is one it computes (no GQA, window or softcap; causal aligned
 // bottom-right, as a decode step is), beside phase 3 step 3 where that applies.
 //
@@ -19,6 +22,7 @@
 //      build/bin/phase6_extensions --S 4096 --window 256,0 --causal
 //      build/bin/phase6_extensions --Sq 130 --Sk 100 --causal --causal-align bottom-right
 //      build/bin/phase6_extensions --seqlens 3,17,1000,130 --H 4 --causal
+//      build/bin/phase6_extensions --dropout 0.1 --seed 7 --causal --backward
 //      build/bin/phase6_extensions --impl cuda --B 4 --H 32 --Sq 1 --Sk 131072 --D 128 --check-heads 2
 #include "backward_ext.h"
 #include "extensions.h"
@@ -38,9 +42,9 @@ static const int CUDA_HEAD_DIMS[] = FLASH4D_CUDA_HEAD_DIMS;
 
 static const fa_cli_spec SPEC = {
     .program = "phase6_extensions",
-    .summary = "Phase 6: the extensions (GQA/MQA, sliding window, softcapping and its backward, causal alignment, "
-               "variable-length batches, split-KV decoding), each a short diff from phase 3 step 3 (or phase 4), "
-               "checked against the phase-6 float64 oracle.",
+    .summary = "Phase 6: the extensions (GQA/MQA, sliding window, softcapping, causal alignment, variable-length "
+               "batches, dropout, split-KV decoding; the backward of GQA, the window, softcapping and dropout), each "
+               "a short diff from phase 3 step 3 (or phase 4), checked against the phase-6 float64 oracle.",
     .defaults = {.B = 1, .H = 4, .Sq = 512, .Sk = 512, .D = 64},
     .default_block_m = 64,
     .default_block_n = 32,
@@ -50,7 +54,7 @@ static const fa_cli_spec SPEC = {
 // --- Phase 6's own flags: taken out of argv before the shared parser sees the rest. -----------------------------
 typedef struct {
     ext_options e;
-    int has_H_kv, has_window, has_softcap, has_align;
+    int has_H_kv, has_window, has_softcap, has_align, has_dropout;
     int64_t n_seqs;          // --seqlens: the number of sequences (0: not a varlen run)
     int64_t *cu_seqlens;     // ... and their cumulative offsets, n_seqs + 1 entries
     int has_size_flag;       // --B, --S, --Sq or --Sk was given (--seqlens sets them)
@@ -66,7 +70,10 @@ static void print_ext_help(void) {
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
     printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
            "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
-    printf("  --backward     with --softcap, --H-kv or --window: the feature's forward, then its backward\n");
+    printf("  --dropout P    dropout: each probability is dropped with probability P (0 <= P < 1) and the kept ones\n"
+           "                 scaled by 1 / (1 - P); the mask comes from --seed (Philox), the backward regenerates it\n");
+    printf("  --backward     with --softcap, --H-kv, --window or --dropout: the feature's forward, then its "
+           "backward\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
            SPLITKV_KEYS_PER_SPLIT);
 }
@@ -99,6 +106,16 @@ static void parse_softcap(const char *text, ext_options *e) {
     e->softcap = (float)c;
 }
 
+static void parse_dropout(const char *text, ext_options *e) {
+    errno = 0;
+    char *end;
+    const double p = strtod(text, &end);
+    if (errno || end == text || *end != '\0' || !(p >= 0.0 && p < 1.0))
+        fa_die("--dropout expects a probability P with 0 <= P < 1 (P = 1 would drop every key), got '%s'", text);
+    e->dropout_p = (float)p;
+    if (e->dropout_p >= 1.0f) fa_die("--dropout %s rounds to 1 in float32: give a P below 1", text);
+}
+
 // --seqlens 3,17,1000: lengths >= 1, at most FA_MAX_DIM tokens in all.
 static void parse_seqlens(const char *text, ext_flags *f) {
     int64_t n = 1;
@@ -126,12 +143,13 @@ static void parse_seqlens(const char *text, ext_flags *f) {
 
 // Takes the phase-6 flags (as --flag VALUE or --flag=VALUE) out of argv; returns the new argc.
 static int take_ext_flags(int argc, char **argv, ext_flags *f) {
-    static const char *const NAMES[] = {"--H-kv", "--window", "--softcap", "--causal-align", "--seqlens"};
+    static const char *const NAMES[] = {"--H-kv", "--window", "--softcap", "--causal-align", "--seqlens",
+                                        "--dropout"};
     int kept = 1;
     for (int a = 1; a < argc; a++) {
         int which = -1;
         const char *value = NULL;
-        for (int n = 0; n < 5; n++) {
+        for (int n = 0; n < 6; n++) {
             const size_t len = strlen(NAMES[n]);
             if (strcmp(argv[a], NAMES[n]) == 0) {
                 if (a + 1 >= argc) fa_die("%s needs a value (see --help)", NAMES[n]);
@@ -163,6 +181,7 @@ static int take_ext_flags(int argc, char **argv, ext_flags *f) {
         case 1: parse_window(value, &f->e); f->has_window = 1; break;
         case 2: parse_softcap(value, &f->e); f->has_softcap = 1; break;
         case 4: parse_seqlens(value, f); break;
+        case 5: parse_dropout(value, &f->e); f->has_dropout = 1; break;
         case 3:
             if (strcmp(value, "top-left") == 0) f->e.bottom_right = 0;
             else if (strcmp(value, "bottom-right") == 0) f->e.bottom_right = 1;
@@ -181,16 +200,16 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
     if (f->e.H_kv > s->H || s->H % f->e.H_kv != 0)
         fa_die("--H-kv %lld must divide --H %lld (each K/V head serves H / H_kv query heads)", (long long)f->e.H_kv,
                (long long)s->H);
-    if (f->has_H_kv + f->has_window + f->has_softcap + f->has_align + (f->n_seqs > 0) > 1)
-        fa_die("give one of --H-kv, --window, --softcap, --causal-align, --seqlens per run: each feature is its own "
-               "kernel (phase6_extensions/*_cpu.c), a short diff from phase 3 step 3");
+    if (f->has_H_kv + f->has_window + f->has_softcap + f->has_align + f->has_dropout + (f->n_seqs > 0) > 1)
+        fa_die("give one of --H-kv, --window, --softcap, --causal-align, --seqlens, --dropout per run: each feature "
+               "is its own kernel (phase6_extensions/*_cpu.c), a short diff from phase 3 step 3");
     if (f->n_seqs && f->has_size_flag)
         fa_die("--seqlens sets B (the number of sequences) and Sq = Sk (each one's length): give no --B, --S, --Sq "
                "or --Sk with it");
     if (f->has_align && !s->causal) fa_die("--causal-align applies to --causal attention only");
-    if (f->backward && !f->has_softcap && !f->has_H_kv && !f->has_window)
-        fa_die("--backward is built for --softcap, --H-kv and --window (phase6_extensions/*_backward_*); give one "
-               "of them");
+    if (f->backward && !f->has_softcap && !f->has_H_kv && !f->has_window && !f->has_dropout)
+        fa_die("--backward is built for --softcap, --H-kv, --window and --dropout (phase6_extensions/*_backward_*); "
+               "give one of them");
     if (f->backward && (opt->impl & FA_IMPL_CUDA) && !backward_cuda_supports_tiles(opt->block_m, opt->block_n))
         fa_die("--backward on the GPU needs --block-m x --block-n in both the forward's (%s) and the backward's (%s) "
                "lists (got %d x %d)", FLASH4D_CUDA_TILES_TEXT, BACKWARD_CUDA_TILES_TEXT, opt->block_m, opt->block_n);
@@ -198,6 +217,7 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
         fa_die("--causal with --window %lld,%lld: causal is the window (LEFT, 0), so RIGHT must be 0 or -1",
                (long long)f->e.window_left, (long long)f->e.window_right);
     if (s->causal) f->e.window_right = 0;   // causal is the window (LEFT, 0): the window kernel needs no other flag
+    f->e.dropout_seed = opt->seed;         // the mask is drawn from the run's seed, as the inputs are
     if (opt->save_dir || opt->load_dir)
         fa_die("phase 6 makes its inputs from --seed only: --save-dir and --load-dir are not supported here");
 }
@@ -205,13 +225,14 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
 // --- The rows: one per kernel. ----------------------------------------------------------------------------------
 enum {
     ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, ROW_SOFTCAP_BACKWARD,
-    ROW_GQA_BACKWARD, ROW_WINDOW_BACKWARD, N_ROW_KINDS
+    ROW_GQA_BACKWARD, ROW_WINDOW_BACKWARD, ROW_DROPOUT, ROW_DROPOUT_BACKWARD, N_ROW_KINDS
 };
 static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
                                                     "split-kv", "varlen", "softcap backward", "gqa backward",
-                                                    "window backward"};
+                                                    "window backward", "dropout", "dropout backward"};
 static int is_backward_row(int kind) {
-    return kind == ROW_SOFTCAP_BACKWARD || kind == ROW_GQA_BACKWARD || kind == ROW_WINDOW_BACKWARD;
+    return kind == ROW_SOFTCAP_BACKWARD || kind == ROW_GQA_BACKWARD || kind == ROW_WINDOW_BACKWARD ||
+           kind == ROW_DROPOUT_BACKWARD;
 }
 
 typedef struct {
@@ -277,6 +298,14 @@ static void run_cpu(void *p) {
         backward_dkdv_softcap_cpu(s, e->softcap, bm, bn, a->bwd, 0);
         backward_dq_softcap_cpu(s, e->softcap, bm, bn, a->bwd);
         break;
+    case ROW_DROPOUT:
+        flash_forward_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, &t_res, &a->tiles_visited);
+        break;
+    case ROW_DROPOUT_BACKWARD:
+        backward_preprocess_cpu(s, a->bwd, 0);
+        backward_dkdv_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd, 0);
+        backward_dq_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd);
+        break;
     case ROW_ALIGN:
         flash_forward_align_cpu(s, e->bottom_right, bm, bn, &t, &a->tiles_visited);
         break;
@@ -323,6 +352,14 @@ static void run_cuda(void *p) {
         backward_dkdv_softcap_cuda(s, e->softcap, bm, bn, a->bwd, 0);
         backward_dq_softcap_cuda(s, e->softcap, bm, bn, a->bwd);
         break;
+    case ROW_DROPOUT:
+        flash_forward_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, &t_res);
+        break;
+    case ROW_DROPOUT_BACKWARD:
+        backward_preprocess_cuda(s, a->bwd, 0);
+        backward_dkdv_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd, 0);
+        backward_dq_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd);
+        break;
     case ROW_ALIGN:
         flash_forward_align_cuda(s, e->bottom_right, bm, bn, &t);
         break;
@@ -347,21 +384,25 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
         if (f->has_softcap) run[ROW_SOFTCAP] = run[ROW_SOFTCAP_BACKWARD] = 1;
         if (f->has_H_kv) run[ROW_GQA] = run[ROW_GQA_BACKWARD] = 1;
         if (f->has_window) run[ROW_WINDOW] = run[ROW_WINDOW_BACKWARD] = 1;
+        if (f->has_dropout) run[ROW_DROPOUT] = run[ROW_DROPOUT_BACKWARD] = 1;
         return;
     }
-    const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align;
+    const int no_flag = !f->has_H_kv && !f->has_window && !f->has_softcap && !f->has_align && !f->has_dropout;
+    const int dropout_on = e->dropout_p > 0.0f;
     const int gqa_on = e->H_kv != s->H, window_on = e->window_left >= 0 || (!s->causal && e->window_right >= 0);
     // The diagonal moves only when the alignment is bottom-right, the attention causal and Sq != Sk.
     const int shifted = e->bottom_right && s->causal && s->Sq != s->Sk;
     // Phase 3 step 3 computes the problem when no feature changes it.
-    run[ROW_PHASE3] = !gqa_on && !window_on && !f->has_softcap && !shifted;
+    run[ROW_PHASE3] = !gqa_on && !window_on && !f->has_softcap && !shifted && !dropout_on;
     run[ROW_GQA] = no_flag || f->has_H_kv;
     run[ROW_WINDOW] = no_flag || f->has_window;
     run[ROW_SOFTCAP] = f->has_softcap;
     run[ROW_ALIGN] = no_flag || f->has_align;
+    run[ROW_DROPOUT] = no_flag || f->has_dropout;
     // Split-KV: a decode-sized Sq, and a problem it computes (its causal mask is aligned bottom-right).
     run[ROW_VARLEN] = run[ROW_SOFTCAP_BACKWARD] = run[ROW_GQA_BACKWARD] = run[ROW_WINDOW_BACKWARD] = 0;
-    run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap &&
+    run[ROW_DROPOUT_BACKWARD] = 0;
+    run[ROW_SPLITKV] = s->Sq <= SPLITKV_MAX_SQ && !gqa_on && !window_on && !f->has_softcap && !dropout_on &&
                        (!s->causal || e->bottom_right || s->Sq == s->Sk);
 }
 
@@ -656,9 +697,10 @@ int main(int argc, char **argv) {
         report.shape = opt.shape;
     } else {
         prob.flops = 4.0 * (double)opt.shape.D * ext_visible_pairs(&opt.shape, e);
-        fa_report_add_note(&report, "features: H_kv %lld, window (%lld, %lld), softcap %g, causal alignment %s",
-                           (long long)e->H_kv, (long long)e->window_left, (long long)e->window_right,
-                           (double)e->softcap, e->bottom_right ? "bottom-right" : "top-left");
+        fa_report_add_note(&report, "features: H_kv %lld, window (%lld, %lld), softcap %g, causal alignment %s, "
+                           "dropout %g (seed %llu)", (long long)e->H_kv, (long long)e->window_left,
+                           (long long)e->window_right, (double)e->softcap, e->bottom_right ? "bottom-right" : "top-left",
+                           (double)e->dropout_p, (unsigned long long)e->dropout_seed);
     }
     const int use_gpu = fa_use_gpu(&opt, &report);
 

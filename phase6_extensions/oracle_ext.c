@@ -16,11 +16,20 @@ double ext_visible_pairs(const fa_shape *s, const ext_options *e) {
     return pairs * (double)s->B * (double)s->H;
 }
 
-// One row: q_i against keys first..last of k_h and v_h (key j at k_h + j * key_stride), into o_i[0..D) and *lse_i;
-// and the row's terms of the two scales. row is scratch for the scores, indexed by key.
-static void oracle_row(const fa_shape *s, float softcap, const double *q_i, const double *k_h, const double *v_h,
-                       int64_t key_stride, int64_t first, int64_t last, double *row, double *o_i, double *lse_i,
-                       double *mag_o, double *mag_lse) {
+// The factor dropout puts on P_ij of row i of head bh: 1 / (1 - p) when the key is kept, 0 when it is dropped
+// (dropout_keep4, the kernels' own mask), 1 without dropout.
+static double dropout_factor(const ext_options *e, int64_t bh, int64_t i, int64_t j) {
+    if (e->dropout_p == 0.0f) return 1.0;
+    const dropout_params drop = dropout_params_for(e->dropout_p, e->dropout_seed);
+    return dropout_keep(drop.seed, drop.threshold, bh, i, j) ? 1.0 / (1.0 - (double)e->dropout_p) : 0.0;
+}
+
+// One row, row i of head bh: q_i against keys first..last of k_h and v_h (key j at k_h + j * key_stride), into
+// o_i[0..D) and *lse_i; and the row's terms of the two scales. row is scratch for the scores, indexed by key.
+static void oracle_row(const fa_shape *s, const ext_options *e, int64_t bh, int64_t i, const double *q_i,
+                       const double *k_h, const double *v_h, int64_t key_stride, int64_t first, int64_t last,
+                       double *row, double *o_i, double *lse_i, double *mag_o, double *mag_lse) {
+    const float softcap = e->softcap;
     const int64_t D = s->D;
     if (last < first) {   // a row that sees no key
         for (int64_t d = 0; d < D; d++) o_i[d] = 0.0;
@@ -41,6 +50,8 @@ static void oracle_row(const fa_shape *s, float softcap, const double *q_i, cons
         row[j] = exp(row[j] - m);
         l += row[j];
     }
+    // Dropout acts on P V only: the row's sum l (and LSE) counts every key.
+    for (int64_t j = first; j <= last; j++) row[j] *= dropout_factor(e, bh, i, j);
     for (int64_t d = 0; d < D; d++) {
         double sum = 0.0, abs_sum = 0.0;
         for (int64_t j = first; j <= last; j++) {
@@ -68,7 +79,7 @@ void ext_oracle_forward(const fa_shape *s, const ext_options *e, const double *q
                 const int64_t b = bh / s->H, h = bh % s->H, kv_head = b * e->H_kv + h / group;
                 int64_t first, last;
                 ext_key_range(s->causal, e, Sq, Sk, i, &first, &last);
-                oracle_row(s, e->softcap, q + (bh * Sq + i) * D, k + kv_head * Sk * D, v + kv_head * Sk * D, D, first,
+                oracle_row(s, e, bh, i, q + (bh * Sq + i) * D, k + kv_head * Sk * D, v + kv_head * Sk * D, D, first,
                            last, row, o + (bh * Sq + i) * D, lse + bh * Sq + i, &mag_o, &mag_lse);
             }
         free(row);
@@ -80,6 +91,7 @@ void ext_oracle_forward(const fa_shape *s, const ext_options *e, const double *q
 void ext_oracle_varlen(const fa_shape *s, const int64_t *cu_seqlens, const double *q, const double *k,
                        const double *v, const unsigned char *tokens, double *o, double *lse, fa_magnitudes *mag) {
     const int64_t H = s->H, D = s->D, total = cu_seqlens[s->B];
+    const ext_options plain = {.H_kv = H, .window_left = -1, .window_right = -1};   // varlen alone, no other feature
     double mag_o = 0.0, mag_lse = 0.0;
 #pragma omp parallel
     {
@@ -92,8 +104,9 @@ void ext_oracle_varlen(const fa_shape *s, const int64_t *cu_seqlens, const doubl
             const int64_t start = cu_seqlens[b], i = t - start, len = cu_seqlens[b + 1] - start;
             const int64_t last = s->causal ? i : len - 1;   // a sequence's own keys only; Sq = Sk, so no alignment
             for (int64_t h = 0; h < H; h++)
-                oracle_row(s, 0.0f, q + (t * H + h) * D, k + (start * H + h) * D, v + (start * H + h) * D, H * D, 0,
-                           last, row, o + (t * H + h) * D, lse + t * H + h, &mag_o, &mag_lse);
+                oracle_row(s, &plain, b * H + h, i, q + (t * H + h) * D, k + (start * H + h) * D,
+                           v + (start * H + h) * D, H * D, 0, last, row, o + (t * H + h) * D, lse + t * H + h, &mag_o,
+                           &mag_lse);
         }
         free(row);
     }
@@ -109,9 +122,10 @@ void ext_oracle_backward(const fa_shape *s, const ext_options *e, const double *
     double mag_dq = 0.0, mag_dk = 0.0, mag_dv = 0.0;
 #pragma omp parallel
     {
-        // Per thread: one row's p, dP, and slope of the cap, by key; and the scales' sums of one K/V head.
-        double *p = fa_alloc_doubles(3 * Sk + 2 * Sk * D, "the oracle's backward rows");
-        double *dp = p + Sk, *slope = dp + Sk, *abs_dk = slope + Sk, *abs_dv = abs_dk + Sk * D;
+        // Per thread: one row's p, dP, slope of the cap and dropout factor, by key; and the scales' sums of one K/V
+        // head.
+        double *p = fa_alloc_doubles(4 * Sk + 2 * Sk * D, "the oracle's backward rows");
+        double *dp = p + Sk, *slope = dp + Sk, *drop = slope + Sk, *abs_dk = drop + Sk, *abs_dv = abs_dk + Sk * D;
         // One program per K/V head: dK and dV of a K/V head are sums over the query heads of its group.
 #pragma omp for schedule(dynamic) reduction(max : mag_dq, mag_dk, mag_dv)
         for (int64_t bg = 0; bg < s->B * e->H_kv; bg++) {
@@ -145,17 +159,19 @@ void ext_oracle_backward(const fa_shape *s, const ext_options *e, const double *
                             slope[j] = 1.0 - th * th;
                         }
                         p[j] = exp(score - lse[bh * Sq + i]);
-                        dp[j] = dpj;
+                        // Dropout: O = Z V with Z = P * drop, so dV takes Z and dP = (dO . V_j) * drop.
+                        drop[j] = dropout_factor(e, bh, i, j);
+                        dp[j] = dpj * drop[j];
                     }
                     for (int64_t j = first; j <= last; j++) {
                         const double ds = p[j] * (dp[j] - delta) * slope[j];
-                        const double ds_abs = p[j] * (fabs(dp[j]) + fabs(delta)) * slope[j];
+                        const double ds_abs = p[j] * (fabs(dp[j]) + fabs(delta)) * slope[j], z = p[j] * drop[j];
                         for (int64_t d = 0; d < D; d++) {
                             dq_i[d] += scale * ds * k_g[j * D + d];
                             dk_g[j * D + d] += scale * ds * q_i[d];
-                            dv_g[j * D + d] += p[j] * do_i[d];
+                            dv_g[j * D + d] += z * do_i[d];
                             abs_dk[j * D + d] += scale * ds_abs * fabs(q_i[d]);
-                            abs_dv[j * D + d] += p[j] * fabs(do_i[d]);
+                            abs_dv[j * D + d] += z * fabs(do_i[d]);
                         }
                     }
                     for (int64_t d = 0; d < D; d++) {
