@@ -4,18 +4,20 @@
 # headline.log.
 # FA_HEADLINE_PHASES picks phases (default "1 2 3 4 5 6 pytorch"; "pytorch" is PyTorch's
 # scaled_dot_product_attention at the same shapes, through tools/pytorch_compare.py, where python3 has PyTorch and
-# sees the GPU; phase 6's varlen run is compared with phase 3 step 3 on the padded batch, run when "3" is picked too).
+# sees the GPU). Phase 6 runs the binaries of phases 3 and 4 too, where it compares with them: phase 3 step 3 on the
+# batch its varlen run packs, and phase 4's backward beside the features' backward passes.
 set -uo pipefail
 BIN=${1:-build/bin}
 PHASES=${FA_HEADLINE_PHASES:-1 2 3 4 5 6 pytorch}
 status=0
-run() {   # run BINARY ARGS...: prints the command, then its output
-    local binary=$1; shift
+run_for() {   # run_for PHASE BINARY ARGS...: when PHASE is picked, prints the command, then its output
+    local phase=$1 binary=$2; shift 2
     [ -x "$BIN/$binary" ] || return 0
-    [[ " $PHASES " == *" ${binary:5:1} "* ]] || return 0
+    [[ " $PHASES " == *" $phase "* ]] || return 0
     echo; echo "\$ $binary $*"
     "$BIN/$binary" "$@" 2>&1 || status=1
 }
+run() { run_for "${1:5:1}" "$@"; }   # run BINARY ARGS...: the phase is the binary's (phase4_backward: 4)
 
 run phase1_naive                                    # the class demo's shape, CPU and GPU
 for D in 64 128; do
@@ -71,6 +73,9 @@ for D in 64 128; do
     done
 done
 run phase6_extensions --impl cuda --B 4 --H 16 --S 4096 --D 64 --softcap 30 --check-heads 2 --iters 20
+for causal in "" "--causal"; do
+    run phase6_extensions --impl cuda --B 4 --H 16 --S 4096 --D 64 $causal --dropout 0.1 --check-heads 2 --iters 20
+done
 for Sk in 8192 32768 131072; do
     run phase6_extensions --impl cuda --B 4 --H 32 --Sq 1 --Sk $Sk --D 128 --check-heads 2 --iters 20
 done
@@ -80,7 +85,16 @@ for window in "--window 1024,0" ""; do
 done
 run phase6_extensions --impl cuda --seqlens 512,8192,100,3000,16384,7 --H 16 --D 64 --causal --check-heads 200 \
     --iters 20
-run phase3_forward_4d --impl cuda --step 3 --B 6 --H 16 --S 16384 --D 64 --causal --check-heads 1 --iters 20   # padded
+run_for 6 phase3_forward_4d --impl cuda --step 3 --B 6 --H 16 --S 16384 --D 64 --causal --check-heads 1 --iters 20  # padded
+# The features' backward passes (each after its forward) beside phase 4's, deterministic dQ, same problem and tiles.
+for D in 64 128; do
+    run_for 6 phase4_backward --impl cuda --B 4 --H 16 --S 4096 --D $D --causal --dq deterministic --block-m 64 \
+        --block-n 64 --check-heads 1 --iters 10
+    for feature in "--softcap 30" "--dropout 0.1" "--H-kv 4" "--window 1024,0"; do
+        run phase6_extensions --impl cuda --backward $feature --B 4 --H 16 --S 4096 --D $D --causal --block-m 64 \
+            --block-n 64 --check-heads 4 --iters 10
+    done
+done
 
 # PyTorch: the ceilings (a float32 matmul, a device copy), then at the same shape its float32 math (S materialised)
 # and memory-efficient kernels, and FlashAttention-2 and cuDNN in fp16 and bf16.
