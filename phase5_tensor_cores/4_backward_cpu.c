@@ -5,17 +5,17 @@
 //   values, as on a tensor core; P is rounded to the half type before dV += P^T dO, and dS before dK += dS^T Q and
 //   dQ += dS K, because on the GPU each of them becomes the half A operand of an mma; dS itself is formed from the
 //   float32 P, and Delta, LSE and the gradients stay float32. The two passes walk the problem the way the GPU's warps
-//   do: the dK/dV pass key by key (a warp owns 16 keys and computes S^T = K Q^T), the dQ pass query by query.
-//   So the CPU and the GPU round at the same points and agree to float32 differences (the order of the additions).
-// Register-blocked as step 1 (phase5_tensor_cores/1_register_tiles_cpu.c), and for the same reason: computed one
-//   row at a time, every product loads a vector of its second operand for one vector multiply-add, and the loads set
-//   the pace. Here each of the five products is computed ROWS rows (keys in the dK/dV pass, queries in the dQ pass)
-//   x VEC columns at a time, in one of two micro-kernels named after the CUDA twin's two mma loops: sums along d
-//   (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T) and sums along the rows of a tile
-//   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). Their ROWS x VEC sums stay in vector
-//   registers while d (or the row) runs, so each vector loaded feeds ROWS multiply-adds. The sums are float32 as
-//   before, and P and dS are rounded to the half type at the same points; the passes' functions carry SIMD_CLONES
-//   and the file -fno-trapping-math, as step 1's (its header says why).
+//   do: the dK/dV pass by keys (a warp owns 16 keys and computes S^T = K Q^T), the dQ pass by queries. So the CPU
+//   and the GPU round at the same points and agree to float32 differences (the order of the additions).
+//   And it is register-blocked as step 1 (phase5_tensor_cores/1_register_tiles_cpu.c), for the same reason: computed
+//   one row at a time, a product loads a vector of its second operand for every vector multiply-add, and the loads
+//   set the pace. Here each of the five products is computed ROWS rows (keys in the dK/dV pass, queries in the dQ
+//   pass) x VEC columns at a time, in one of two micro-kernels named after the CUDA twin's two mma loops: sums along
+//   d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T) and sums along the rows of a tile
+//   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). Their ROWS x VEC sums stay in vector registers
+//   while d (or the row) runs, so each vector loaded feeds ROWS multiply-adds. P and dS are rounded at the points
+//   above. The functions of the two passes carry SIMD_CLONES and the file is compiled with -fno-trapping-math, as
+//   step 1 is (its header says why; here it lets the AVX2 version vectorise the loops that form P and dS).
 // CUDA twin: phase5_tensor_cores/4_backward_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
