@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
 # step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
-# bf16, non-causal), D=64 and D=128: the forward steps 1-3 (chapter 06) and step 4's two backward kernels, dK/dV and
-# dQ (chapter 07). One text report per kernel and D in LOGDIR (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt:
-# the lines the chapters quote, side by side.
+# bf16, non-causal), D=64 and D=128: the forward steps 1-3 (chapter 06) and step 4's backward kernels, dK/dV and dQ,
+# and the atomic variant's dK/dV kernel (chapter 07). One text report per kernel and D in LOGDIR
+# (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by side.
 #
 # What is read, and why (docs/06-tensor-cores.md explains each):
 #   SpeedOfLight, ComputeWorkloadAnalysis  how busy the SMs and memory are, as a share of their peak
@@ -65,6 +65,9 @@ torch.cuda.synchronize()"
                 --dtype bf16 --step 4 --dq deterministic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
                 --iters 1
         done
+        # The atomic variant's one kernel: dK, dV and each K/V tile's share of dQ, added with atomicAdd.
+        profile "step4-dkdv-atomic-d$D" "backward_dkdv_kernel" "$BIN/phase5_tensor_cores" --impl cuda --dtype bf16 \
+            --step 4 --dq atomic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 --iters 1
         # PyTorch's FlashAttention-2 backward: its main kernel (dQ, dK and dV in one loop over the K/V tiles).
         profile "pytorch-flash-bwd-d$D" "flash_bwd_dq_dk_dv" python3 -c "
 import torch, torch.nn.functional as F
