@@ -22,6 +22,9 @@
 // The pipeline of step 3: shared tiles XOR-swizzled (swizzle(): ldmatrix without bank conflicts) and loaded with
 //   cp.async into two buffers, the next tile of the inner loop (Q and dO in the dK/dV pass, K and V in the dQ pass)
 //   arriving while this one is computed.
+// Between the products, every score element gets p = exp2(...) and ds = p (dp - Delta) (p_and_ds_by_keys,
+//   p_and_ds_by_queries). Only tiles on the diagonal or on the edge of S_q or S_k need the mask; the interior tiles,
+//   most of them, take a version of that element loop with no test in it.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
 // Diff:      diff -u phase5_tensor_cores/3_pipeline_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
 //            diff -u phase4_backward/backward_dkdv_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
@@ -180,8 +183,8 @@ __device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t s
     static_assert(ROWS * ROW_CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
 #pragma unroll 1
     for (int step = 0; step < ROWS * ROW_CHUNKS / THREADS; step++) {
-        const int c = step * THREADS + threadIdx.x;
-        const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
+        const unsigned int c = step * THREADS + threadIdx.x;   // unsigned: / and % are a shift and a mask
+        const int row = (int)(c / ROW_CHUNKS), chunk = (int)(c % ROW_CHUNKS);
         const bool exists = first_row + row < n_rows;
         // A row that does not exist reads nothing (0 source bytes); its address is then only a valid placeholder.
         const T *from = exists ? src + (first_row + row) * stride_s + chunk * CHUNK : src;
