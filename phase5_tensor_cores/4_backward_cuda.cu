@@ -173,22 +173,32 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
-// cp_async_wait_all and a barrier come before anyone reads the tile. Every thread makes the same, constant number of
-// steps. The loop stays rolled (unroll 1) on purpose: unrolled, the compiler works out every step's addresses ahead
-// and holds them in registers through the whole tile loop, which costs the kernels up to 70 registers (and spills).
+// cp_async_wait_all and a barrier come before anyone reads the tile.
+// A thread copies the same chunk of every ROWS_PER_STEP-th row: from one step to the next its source moves on by
+// ROWS_PER_STEP rows and, ROWS_PER_STEP being a multiple of the swizzle's 8 rows, its destination too (row % 8, and
+// with it the swizzled chunk position, stays the same). The loop stays rolled (unroll 1) on purpose: unrolled, the
+// compiler works out every step's addresses ahead and holds them in registers through the whole tile loop.
 template <typename T, int D, int ROWS>
 __device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t stride_s, int64_t first_row,
                                                 int64_t n_rows) {
-    constexpr int ROW_CHUNKS = D / CHUNK;
-    static_assert(ROWS * ROW_CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
+    constexpr int ROW_CHUNKS = D / CHUNK, ROWS_PER_STEP = THREADS / ROW_CHUNKS;
+    static_assert(THREADS % ROW_CHUNKS == 0 && ROWS % ROWS_PER_STEP == 0, "every thread copies whole steps");
+    static_assert(ROWS_PER_STEP % SWIZZLE_ROWS == 0, "a step keeps row % 8, and with it the swizzle");
+    const int64_t rows = n_rows - first_row;   // the tile's rows 0 .. rows - 1 exist
+    const unsigned int tid = threadIdx.x;      // unsigned: / and % are a shift and a mask
+    const int chunk = (int)(tid % ROW_CHUNKS);
+    int row = (int)(tid / ROW_CHUNKS);
+    const T *from = src + (first_row + row) * stride_s + chunk * CHUNK;
+    T *to = tile + swizzle<D>(row, chunk);
 #pragma unroll 1
-    for (int step = 0; step < ROWS * ROW_CHUNKS / THREADS; step++) {
-        const unsigned int c = step * THREADS + threadIdx.x;   // unsigned: / and % are a shift and a mask
-        const int row = (int)(c / ROW_CHUNKS), chunk = (int)(c % ROW_CHUNKS);
-        const bool exists = first_row + row < n_rows;
-        // A row that does not exist reads nothing (0 source bytes); its address is then only a valid placeholder.
-        const T *from = exists ? src + (first_row + row) * stride_s + chunk * CHUNK : src;
-        cp_async_16(tile + swizzle<D>(row, chunk), from, exists ? 16 : 0);
+    for (int step = 0; step < ROWS / ROWS_PER_STEP; step++) {
+        const bool exists = row < rows;
+        // A row that does not exist reads nothing (0 source bytes): its pointer, past the end of the tensor, is only
+        // counted on and never read, and the copy gets the valid placeholder src instead.
+        cp_async_16(to, exists ? from : src, exists ? 16 : 0);
+        row += ROWS_PER_STEP;
+        from += ROWS_PER_STEP * stride_s;
+        to += ROWS_PER_STEP * D;
     }
 }
 
@@ -488,8 +498,12 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 // 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
 // launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
 // two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
+//
+// At D = 64 the kernel's 48 KiB of shared memory leave room for 4 blocks on an SM; asking for 4 in the launch bounds
+// caps its registers at 128 (65536 / (4 x 128)), which it fits without spilling (nvcc 13, sm_90). At D = 128 its
+// 96 KiB allow 2 blocks whatever the registers.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, D == 64 ? 4 : 1)
 backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
                    const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
                    const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
