@@ -500,8 +500,8 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 // two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
 //
 // At D = 64 the kernel's 48 KiB of shared memory leave room for 4 blocks on an SM; asking for 4 in the launch bounds
-// caps its registers at 128 (65536 / (4 x 128)), which it fits without spilling (nvcc 13, sm_90). At D = 128 its
-// 96 KiB allow 2 blocks whatever the registers.
+// caps its registers at 128 (65536 / (4 x 128)), which it fits without spilling on sm_90 (nvcc 13; sm_80 spills 4
+// bytes). At D = 128 its 96 KiB allow 2 blocks whatever the registers.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS, D == 64 ? 4 : 1)
 backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
