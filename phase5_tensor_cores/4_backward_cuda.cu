@@ -194,7 +194,7 @@ __device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t s
     for (int step = 0; step < ROWS / ROWS_PER_STEP; step++) {
         const bool exists = row < rows;
         // A row that does not exist reads nothing (0 source bytes): its pointer, past the end of the tensor, is only
-        // counted on and never read, and the copy gets the valid placeholder src instead.
+        // advanced, never read; the copy gets the valid placeholder src instead.
         cp_async_16(to, exists ? from : src, exists ? 16 : 0);
         row += ROWS_PER_STEP;
         from += ROWS_PER_STEP * stride_s;
@@ -217,12 +217,12 @@ __device__ __forceinline__ void load_row_stats(float *lse2_tile, float *delta_ti
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// P and dS from the scores, element by element, in place: p = exp2(s scale LOG2E - LSE LOG2E) (s becomes P) and
-// ds = p (dp - Delta) (dp becomes dS). The mask is needed only by the tiles on an edge or on the diagonal (MASKED):
-// there p is 0 where the key is not there (past S_k), the query is not there (past S_q), or (diagonal tiles) the key
-// comes after the query. An interior tile needs no mask: every key and query exists and no key is in a query's
-// future (FlashAttention's "even M and N" case, and most tiles of a long sequence), so its version tests nothing.
-// A visible element gets the same operations in both versions, bit for bit.
+// P and dS from the scores, element by element, in place: p = exp2(s scale LOG2E - LSE LOG2E) and ds = p (dp - Delta)
+// (dp becomes dS; in the dK/dV pass, which needs P^T for dV, s becomes P too). The mask is needed only by the tiles on
+// an edge or on the diagonal (MASKED): there p is 0 where the key is not there (past S_k), the query is not there (past
+// S_q), or (diagonal tiles) the key comes after the query. An interior tile needs no mask: every key and query exists
+// and no key is in a query's future (FlashAttention's "even M and N" case, and most tiles of a long sequence), so its
+// version tests nothing. A visible element gets the same operations in both versions, bit for bit.
 __device__ __forceinline__ bool is_visible(int64_t row, int64_t key, int64_t S_q, int64_t S_k, int stage) {
     return key < S_k && row < S_q && !(stage == TILE_DIAGONAL && key > row);
 }
@@ -497,7 +497,8 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 // ---------------------------------------------------------------------------------------------------------------
 // 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
 // launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
-// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
+// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in
+// order: no atomics.
 //
 // At D = 64 the kernel's 48 KiB of shared memory leave room for 4 blocks on an SM; asking for 4 in the launch bounds
 // caps its registers at 128 (65536 / (4 x 128)), which it fits without spilling on sm_90 (nvcc 13; sm_80 spills 4
