@@ -22,6 +22,9 @@
 // The pipeline of step 3: shared tiles XOR-swizzled (swizzle(): ldmatrix without bank conflicts) and loaded with
 //   cp.async into two buffers, the next tile of the inner loop (Q and dO in the dK/dV pass, K and V in the dQ pass)
 //   arriving while this one is computed.
+// Between the products, every score element gets p = exp2(...) and ds = p (dp - Delta) (p_and_ds_by_keys,
+//   p_and_ds_by_queries). Only tiles on the diagonal or on the edge of S_q or S_k need the mask; the interior tiles,
+//   most of them, take a version of that element loop with no test in it.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
 // Diff:      diff -u phase5_tensor_cores/3_pipeline_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
 //            diff -u phase4_backward/backward_dkdv_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
@@ -171,30 +174,103 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
 // cp_async_wait_all and a barrier come before anyone reads the tile.
+// A thread copies the same chunk of every ROWS_PER_STEP-th row: from one step to the next its source moves on by
+// ROWS_PER_STEP rows and, ROWS_PER_STEP being a multiple of the swizzle's 8 rows, its destination too (row % 8, and
+// with it the swizzled chunk position, stays the same). The loop stays rolled (unroll 1) on purpose: unrolled, the
+// compiler works out every step's addresses ahead and holds them in registers through the whole tile loop.
 template <typename T, int D, int ROWS>
 __device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t stride_s, int64_t first_row,
                                                 int64_t n_rows) {
-    constexpr int ROW_CHUNKS = D / CHUNK;
-#pragma unroll
-    for (int c = threadIdx.x; c < ROWS * ROW_CHUNKS; c += THREADS) {
-        const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
-        const bool exists = first_row + row < n_rows;
-        // A row that does not exist reads nothing (0 source bytes); its address is then only a valid placeholder.
-        const T *from = exists ? src + (first_row + row) * stride_s + chunk * CHUNK : src;
-        cp_async_16(tile + swizzle<D>(row, chunk), from, exists ? 16 : 0);
+    constexpr int ROW_CHUNKS = D / CHUNK, ROWS_PER_STEP = THREADS / ROW_CHUNKS;
+    static_assert(THREADS % ROW_CHUNKS == 0 && ROWS % ROWS_PER_STEP == 0, "every thread copies whole steps");
+    static_assert(ROWS_PER_STEP % SWIZZLE_ROWS == 0, "a step keeps row % 8, and with it the swizzle");
+    const int64_t rows = n_rows - first_row;   // the tile's rows 0 .. rows - 1 exist
+    const unsigned int tid = threadIdx.x;      // unsigned: / and % are a shift and a mask
+    const int chunk = (int)(tid % ROW_CHUNKS);
+    int row = (int)(tid / ROW_CHUNKS);
+    const T *from = src + (first_row + row) * stride_s + chunk * CHUNK;
+    T *to = tile + swizzle<D>(row, chunk);
+#pragma unroll 1
+    for (int step = 0; step < ROWS / ROWS_PER_STEP; step++) {
+        const bool exists = row < rows;
+        // A row that does not exist reads nothing (0 source bytes): its pointer, past the end of the tensor, is only
+        // advanced, never read; the copy gets the valid placeholder src instead.
+        cp_async_16(to, exists ? from : src, exists ? 16 : 0);
+        row += ROWS_PER_STEP;
+        from += ROWS_PER_STEP * stride_s;
+        to += ROWS_PER_STEP * D;
     }
 }
 
 // The Q tile's LSE (times LOG2E: P in base 2) and Delta into shared memory, ordinary loads and stores (BLOCK_M floats
-// each, next to the cp.async of the Q and dO tiles); 0 for rows past S_q, which are masked anyway.
+// each, next to the cp.async of the Q and dO tiles, one per thread); 0 for rows past S_q, which are masked anyway.
 template <int BLOCK_M>
 __device__ __forceinline__ void load_row_stats(float *lse2_tile, float *delta_tile, const float *lse,
                                                const float *delta, int64_t q_start, int64_t S_q) {
-    for (int i = threadIdx.x; i < BLOCK_M; i += THREADS) {
+    static_assert(BLOCK_M <= THREADS, "one row per thread");
+    const int i = threadIdx.x;
+    if (i < BLOCK_M) {
         const int exists = q_start + i < S_q;
         lse2_tile[i] = exists ? lse[q_start + i] * LOG2E : 0.0f;
         delta_tile[i] = exists ? delta[q_start + i] : 0.0f;
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// P and dS from the scores, element by element, in place: p = exp2(s scale LOG2E - LSE LOG2E) and ds = p (dp - Delta)
+// (dp becomes dS; in the dK/dV pass, which needs P^T for dV, s becomes P too). The mask is needed only by the tiles on
+// an edge or on the diagonal (MASKED): there p is 0 where the key is not there (past S_k), the query is not there (past
+// S_q), or (diagonal tiles) the key comes after the query. An interior tile needs no mask: every key and query exists
+// and no key is in a query's future (FlashAttention's "even M and N" case, and most tiles of a long sequence), so its
+// version tests nothing. A visible element gets the same operations in both versions, bit for bit.
+__device__ __forceinline__ bool is_visible(int64_t row, int64_t key, int64_t S_q, int64_t S_k, int stage) {
+    return key < S_k && row < S_q && !(stage == TILE_DIAGONAL && key > row);
+}
+__device__ __forceinline__ bool tile_needs_mask(int stage, int64_t q_start, int64_t k_start, int block_m, int block_n,
+                                                int64_t S_q, int64_t S_k) {
+    return stage == TILE_DIAGONAL || q_start + block_m > S_q || k_start + block_n > S_k;
+}
+
+// The dK/dV pass (keys are the rows): element e of fragment qb is key key_g + 8 (e / 2), query q_start + i with
+// i = 8qb + 2t + e % 2. Its LSE (base 2) and Delta are entry i of the tile's row stats in shared memory: elements
+// e = 0, 2 and e = 1, 3 share them, so one float2 of each per fragment serves all four.
+template <bool MASKED, int Q_BLOCKS>
+__device__ __forceinline__ void p_and_ds_by_keys(float st[Q_BLOCKS][4], float dpt[Q_BLOCKS][4],
+                                                 const float *lse2_tile, const float *delta_tile, float qk_scale,
+                                                 int64_t key_g, int64_t q_start, int64_t S_q, int64_t S_k, int stage) {
+    const int t = threadIdx.x % WARP_SIZE % 4;
+#pragma unroll
+    for (int qb = 0; qb < Q_BLOCKS; qb++) {
+        const float2 lse2 = *reinterpret_cast<const float2 *>(lse2_tile + qb * MMA_N + 2 * t);
+        const float2 delta = *reinterpret_cast<const float2 *>(delta_tile + qb * MMA_N + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t key = key_g + 8 * (e / 2), row = q_start + qb * MMA_N + 2 * t + e % 2;
+            const bool visible = !MASKED || is_visible(row, key, S_q, S_k, stage);
+            const float p = visible ? exp2f(fmaf(st[qb][e], qk_scale, -(e % 2 ? lse2.y : lse2.x))) : 0.0f;
+            st[qb][e] = p;
+            dpt[qb][e] = p * (dpt[qb][e] - (e % 2 ? delta.y : delta.x));
+        }
+    }
+}
+
+// The dQ pass (queries are the rows): element e of fragment kb is query row_g + 8 (e / 2), key k_start + 8kb + 2t +
+// e % 2; the lane's two rows have their LSE (base 2) and Delta in registers.
+template <bool MASKED, int KEY_BLOCKS>
+__device__ __forceinline__ void p_and_ds_by_queries(float s[KEY_BLOCKS][4], float dp[KEY_BLOCKS][4],
+                                                    const float lse2[2], const float delta[2], float qk_scale,
+                                                    int64_t row_g, int64_t k_start, int64_t S_q, int64_t S_k,
+                                                    int stage) {
+    const int t = threadIdx.x % WARP_SIZE % 4;
+#pragma unroll
+    for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t row = row_g + 8 * (e / 2), key = k_start + kb * MMA_N + 2 * t + e % 2;
+            const bool visible = !MASKED || is_visible(row, key, S_q, S_k, stage);
+            const float p = visible ? exp2f(fmaf(s[kb][e], qk_scale, -lse2[e / 2])) : 0.0f;
+            dp[kb][e] = p * (dp[kb][e] - delta[e / 2]);
+        }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -223,18 +299,20 @@ backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, co
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// 2. dK and dV: one block per K/V tile (and, with atomic_dq, each Q tile's share of dQ).
+// 2. dK and dV: one block per K/V tile (and, with ATOMIC_DQ, each Q tile's share of dQ). ATOMIC_DQ is a template
+// parameter, not a flag read at run time: the deterministic variant's kernel then carries none of the atomic path's
+// code, and none of its registers.
 // grid: (number of K/V tiles, heads of this launch), block: 4 warps; warp w owns keys k_start + 16w .. + 15.
 // Shared memory: K, V tiles [BLOCK_N][D], two buffers of the Q and dO tiles [BLOCK_M][D], dS^T [BLOCK_N][BLOCK_M]
 // (T, all swizzled), and two buffers of the Q tile's LSE in base 2 and its Delta [BLOCK_M] (float32).
-template <typename T, int D, int BLOCK_M, int BLOCK_N>
+template <typename T, int D, int BLOCK_M, int BLOCK_N, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(THREADS)
 backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
                      const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
                      const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
                      fa_strides dq_strides, float *__restrict__ dk, fa_strides dk_strides, float *__restrict__ dv,
                      fa_strides dv_strides, int64_t S_q, int64_t S_k, int64_t H, int64_t bh_first, float scale,
-                     int causal, int atomic_dq) {
+                     int causal) {
     static_assert(BLOCK_N == WARPS * WARP_ROWS, "one warp per 16 keys");
     constexpr int D_STEPS = D / MMA_K;              // mma steps along d (S^T, dP^T)
     constexpr int D_BLOCKS = D / MMA_N;             // 8-dim column blocks of dK, dV
@@ -332,20 +410,13 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
             mma_along_d<D, Q_BLOCKS>(dpt, a, do_tile, ds);
         }
 
-        // P^T = exp(scale S^T - LSE) from the forward's log-sum-exp, in float32, and dS^T = P^T (dP^T - Delta).
-        // Element e of fragment qb is key key_g + 8 (e / 2), query q_start + 8qb + 2t + e % 2. P is 0 where the key
-        // is not there (past S_k), the query is not there (past S_q), or (diagonal tiles) the key comes after it.
-#pragma unroll
-        for (int qb = 0; qb < Q_BLOCKS; qb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = qb * MMA_N + 2 * t + e % 2;
-                const int64_t key = key_g + 8 * (e / 2), row = q_start + i;
-                const int visible = key < S_k && row < S_q && !(stage == TILE_DIAGONAL && key > row);
-                const float p = visible ? exp2f(fmaf(st[qb][e], qk_scale, -lse2_tile[i])) : 0.0f;
-                st[qb][e] = p;
-                dpt[qb][e] = p * (dpt[qb][e] - delta_tile[i]);
-            }
+        // P^T = exp(scale S^T - LSE) from the forward's log-sum-exp, in float32, and dS^T = P^T (dP^T - Delta); the
+        // mask only on the tiles that need it (one branch per tile, the same for the whole block).
+        if (tile_needs_mask(stage, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k))
+            p_and_ds_by_keys<true, Q_BLOCKS>(st, dpt, lse2_tile, delta_tile, qk_scale, key_g, q_start, S_q, S_k, stage);
+        else
+            p_and_ds_by_keys<false, Q_BLOCKS>(st, dpt, lse2_tile, delta_tile, qk_scale, key_g, q_start, S_q, S_k,
+                                              stage);
 
         // dV += P^T dO and dK += dS^T Q: the A operands are P^T and dS^T rounded to T in registers (keys 16 of the
         // warp x queries 16qs .. 16qs + 15: fragments 2qs and 2qs + 1); B is dO or Q read with ldmatrix.trans.
@@ -361,7 +432,7 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
                                          pack_pair(dpt[2 * qs + 1][2], dpt[2 * qs + 1][3], T())};
             mma_along_rows<D>(dv_acc, p_frag, do_tile, qs);
             mma_along_rows<D>(dk_acc, ds_frag, q_tile, qs);
-            if (atomic_dq) {
+            if (ATOMIC_DQ) {
                 // dS^T, rounded as dK used it, to shared memory: register r of ds_frag is rows g (r even) or g + 8
                 // (r odd) of the warp's keys, queries 16qs + 2t, +1 (r < 2) or 16qs + 8 + 2t, +1 (r >= 2).
 #pragma unroll
@@ -372,7 +443,7 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
             }
         }
 
-        if (atomic_dq) {
+        if (ATOMIC_DQ) {
             __syncthreads();   // dS^T of all four warps is in shared memory
             // dQ += scale dS K for the Q tile, in 16 x 16 pieces (16 queries, 16 dims) shared out over the warps.
             // A = dS, queries 16mb.. x keys 16ks..: ldmatrix.trans of dS^T [key][query]; lanes 8i .. 8i + 7 point at
@@ -426,9 +497,14 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 // ---------------------------------------------------------------------------------------------------------------
 // 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
 // launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
-// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in order: no atomics.
+// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in
+// order: no atomics.
+//
+// At D = 64 the kernel's 48 KiB of shared memory leave room for 4 blocks on an SM; asking for 4 in the launch bounds
+// caps its registers at 128 (65536 / (4 x 128)), which it fits without spilling on sm_90 (nvcc 13; sm_80 spills 4
+// bytes). At D = 128 its 96 KiB allow 2 blocks whatever the registers.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, D == 64 ? 4 : 1)
 backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
                    const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
                    const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
@@ -513,17 +589,11 @@ backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__res
             mma_along_d<D, KEY_BLOCKS>(dp, a, v_tile, ds);
         }
 
-        // P and dS, as in the dK/dV pass; element e of fragment kb is row row_g + 8 (e / 2), key k_start + 8kb + 2t
-        // + e % 2.
-#pragma unroll
-        for (int kb = 0; kb < KEY_BLOCKS; kb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t row = row_g + 8 * (e / 2), key = k_start + kb * MMA_N + 2 * t + e % 2;
-                const int visible = key < S_k && row < S_q && !(stage == TILE_DIAGONAL && key > row);
-                const float p = visible ? exp2f(fmaf(s[kb][e], qk_scale, -lse2[e / 2])) : 0.0f;
-                dp[kb][e] = p * (dp[kb][e] - delta_r[e / 2]);
-            }
+        // P and dS, as in the dK/dV pass (dp becomes dS; s is not needed again), the mask only where needed.
+        if (tile_needs_mask(stage, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k))
+            p_and_ds_by_queries<true, KEY_BLOCKS>(s, dp, lse2, delta_r, qk_scale, row_g, k_start, S_q, S_k, stage);
+        else
+            p_and_ds_by_queries<false, KEY_BLOCKS>(s, dp, lse2, delta_r, qk_scale, row_g, k_start, S_q, S_k, stage);
 
         // dQ += dS K: dS, rounded to T in registers, is the A operand (fragments 2ks, 2ks + 1); K by ldmatrix.trans.
 #pragma unroll
@@ -566,7 +636,8 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
     const int atomic_dq = dq_mode == FA_DQ_ATOMIC;
     const T *q = static_cast<const T *>(t->q), *k = static_cast<const T *>(t->k), *v = static_cast<const T *>(t->v);
     const T *dout = static_cast<const T *>(t->dout);
-    auto dkdv = backward_dkdv_kernel<T, D, BLOCK_M, BLOCK_N>;
+    auto dkdv = atomic_dq ? backward_dkdv_kernel<T, D, BLOCK_M, BLOCK_N, true>
+                          : backward_dkdv_kernel<T, D, BLOCK_M, BLOCK_N, false>;
     auto dq = backward_dq_kernel<T, D, BLOCK_M, BLOCK_N>;
     // Both pass the 48 KiB a kernel gets without asking at D = 128, so each asks for what it uses.
     const int dkdv_smem = (int)flash_backward_tc_cuda_smem_bytes(D, BLOCK_M, BLOCK_N);
@@ -585,7 +656,7 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
         dkdv<<<dim3(kv_tiles, heads), THREADS, dkdv_smem>>>(
             q, t->q_strides, k, t->k_strides, v, t->v_strides, dout, t->do_strides, t->lse, t->delta, t->dq,
             t->dq_strides, t->dk, t->dk_strides, t->dv, t->dv_strides, S_q, S_k, shape->H, bh_first, shape->scale,
-            shape->causal, atomic_dq);
+            shape->causal);
         FA_CUDA_CHECK_LAUNCH();
         if (!atomic_dq) {
             dq<<<dim3(q_tiles, heads), THREADS, dq_smem>>>(q, t->q_strides, k, t->k_strides, v, t->v_strides, dout,
