@@ -44,6 +44,17 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
     fa_dims_lse(shape, lse->dims);
 }
 
+void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref, const double tol[3],
+                         fa_grads host, fa_grads device) {
+    impl->n_outputs = 3;
+    impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, tol[0], ref->scale.dq, NULL, 0.0, NULL};
+    impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, tol[1], ref->scale.dk, NULL, 0.0, NULL};
+    impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, tol[2], ref->scale.dv, NULL, 0.0, NULL};
+    fa_dims_q(shape, impl->outputs[0].dims);
+    fa_dims_kv(shape, impl->outputs[1].dims);
+    fa_dims_kv(shape, impl->outputs[2].dims);
+}
+
 static void save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
     if (!opt->save_dir) return;
     char path[4096], err[512], lower[16];
@@ -499,19 +510,17 @@ void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const 
     const double u = fa_dtype_unit_roundoff(dtype), subnormal = dtype == FA_DTYPE_FP16 ? 0x1p-25 : 0.0;
     const double max_q = max_abs(in->q, fa_numel_q(s)), max_k = max_abs(in->k, fa_numel_kv(s));
     const double max_do = max_abs(in->dout, fa_numel_q(s));
-    const double sub_dq = subnormal * (double)s->Sk * s->scale * max_k, sub_dk = subnormal * (double)s->Sq * s->scale * max_q;
-    const double sub_dv = subnormal * (double)s->Sq * max_do;
+    // The subnormal terms of dQ (dS times K, Sk terms), dK (dS times Q, Sq terms) and dV (P times dO, Sq terms).
+    const double sub[3] = {subnormal * (double)s->Sk * s->scale * max_k, subnormal * (double)s->Sq * s->scale * max_q,
+                           subnormal * (double)s->Sq * max_do};
+    const double scale[3] = {ref->scale.dq, ref->scale.dk, ref->scale.dv};
+    double bound[3];
+    for (int x = 0; x < 3; x++) bound[x] = 8.0 * u + (scale[x] > 0.0 ? sub[x] / scale[x] : 0.0) + ref->tol_backward;
     char label[64];
     snprintf(label, sizeof label, "%s backward ref%s", fa_dtype_name(dtype), s->causal ? " (causal)" : "");
-    fa_check check_dq = fa_verify_results_scaled(label, "dQ", dq, ref->dq, dims_q, ref->heads,
-                                                 8.0 * u + (ref->scale.dq > 0.0 ? sub_dq / ref->scale.dq : 0.0) +
-                                                     ref->tol_backward, ref->scale.dq);
-    fa_check check_dk = fa_verify_results_scaled(label, "dK", dk, ref->dk, dims_kv, ref->heads,
-                                                 8.0 * u + (ref->scale.dk > 0.0 ? sub_dk / ref->scale.dk : 0.0) +
-                                                     ref->tol_backward, ref->scale.dk);
-    fa_check check_dv = fa_verify_results_scaled(label, "dV", dv, ref->dv, dims_kv, ref->heads,
-                                                 8.0 * u + (ref->scale.dv > 0.0 ? sub_dv / ref->scale.dv : 0.0) +
-                                                     ref->tol_backward, ref->scale.dv);
+    fa_check check_dq = fa_verify_results_scaled(label, "dQ", dq, ref->dq, dims_q, ref->heads, bound[0], scale[0]);
+    fa_check check_dk = fa_verify_results_scaled(label, "dK", dk, ref->dk, dims_kv, ref->heads, bound[1], scale[1]);
+    fa_check check_dv = fa_verify_results_scaled(label, "dV", dv, ref->dv, dims_kv, ref->heads, bound[2], scale[2]);
     fa_report_add_check(report, check_dq);
     fa_report_add_check(report, check_dk);
     fa_report_add_check(report, check_dv);
@@ -528,21 +537,6 @@ void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const 
     free(dq);
     free(dk);
     free(dv);
-}
-
-void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
-                              const fa_half_rule *rule, float *dq_host, float *dq_device, float *dk_host,
-                              float *dk_device, float *dv_host, float *dv_device) {
-    impl->n_outputs = 3;
-    impl->outputs[0] = (fa_output){"dQ", dq_host, dq_device, {0}, ref->dq, rule->tol_dq, ref->scale.dq, NULL, 0.0,
-                                   NULL};
-    impl->outputs[1] = (fa_output){"dK", dk_host, dk_device, {0}, ref->dk, rule->tol_dk, ref->scale.dk, NULL, 0.0,
-                                   NULL};
-    impl->outputs[2] = (fa_output){"dV", dv_host, dv_device, {0}, ref->dv, rule->tol_dv, ref->scale.dv, NULL, 0.0,
-                                   NULL};
-    fa_dims_q(shape, impl->outputs[0].dims);
-    fa_dims_kv(shape, impl->outputs[1].dims);
-    fa_dims_kv(shape, impl->outputs[2].dims);
 }
 
 void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,

@@ -79,6 +79,16 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
 void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in);
 void fa_free_inputs(fa_inputs *in);
 
+// The gradients of a backward run: host copies (checked) and, for a cuda run, where its kernels write them.
+typedef struct {
+    float *dq, *dk, *dv;
+} fa_grads;
+// Sets impl->outputs to dQ, dK, dV ([B, H, S, D] of shape), each checked against the oracle's gradient with its
+// tolerance (tol: dQ, dK, dV). A driver adjusts an output afterwards where it needs more (a reference row to compare
+// with, K/V heads of their own).
+void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref, const double tol[3],
+                         fa_grads host, fa_grads device);
+
 // Runs the oracle on the heads --check-heads (or the time budget) selects; prints a line while it works.
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref);
 void fa_free_reference(fa_reference *ref);
@@ -161,12 +171,9 @@ void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, con
 // The same rule for gradients (FlashAttention's factor 3): runs fa_half_reference_backward on the oracle's heads (the
 // inputs need dO), adds its three rows ("fp16 backward ref": dQ, dK, dV, each checked against the bound its
 // arithmetic keeps) and a note, and fills the backward fields of rule. Needs a reference made with the backward.
+// fa_backward_outputs then takes {rule.tol_dq, rule.tol_dk, rule.tol_dv} as its tolerances.
 void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const fa_inputs *in,
                                 const fa_reference *ref, fa_half_rule *rule);
-// Sets impl->outputs to dQ, dK, dV, checked against the backward oracle by the rule's gradient tolerances.
-void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
-                              const fa_half_rule *rule, float *dq_host, float *dq_device, float *dk_host,
-                              float *dk_device, float *dv_host, float *dv_device);
 #if FA_HAVE_CUDA
 typedef struct {
     void *q, *k, *v;                 // device copies of fa_half_inputs

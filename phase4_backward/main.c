@@ -118,25 +118,16 @@ static void run_naive_cuda(void *p) {
 }
 #endif
 
-// The gradients: host copies (checked) and, for a cuda run, where the kernels write them.
-typedef struct {
-    float *dq, *dk, *dv;
-} grads;
-
 // Sets impl->outputs to dQ, dK, dV, checked against the backward oracle, and, when reference_label is not NULL,
 // against the error of the naive backward's rows of that label.
-static void backward_outputs(fa_implementation *impl, const fa_shape *s, const fa_reference *ref, grads host,
-                             grads device, const char *reference_label) {
-    impl->n_outputs = 3;
-    impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, ref->tol_backward, ref->scale.dq,
-                                   reference_label, BACKWARD_ERROR_FACTOR, NULL};
-    impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, ref->tol_backward, ref->scale.dk,
-                                   reference_label, BACKWARD_ERROR_FACTOR, NULL};
-    impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, ref->tol_backward, ref->scale.dv,
-                                   reference_label, BACKWARD_ERROR_FACTOR, NULL};
-    fa_dims_q(s, impl->outputs[0].dims);
-    fa_dims_kv(s, impl->outputs[1].dims);
-    fa_dims_kv(s, impl->outputs[2].dims);
+static void backward_outputs(fa_implementation *impl, const fa_shape *s, const fa_reference *ref, fa_grads host,
+                             fa_grads device, const char *reference_label) {
+    const double tol[3] = {ref->tol_backward, ref->tol_backward, ref->tol_backward};
+    fa_backward_outputs(impl, s, ref, tol, host, device);
+    for (int i = 0; i < impl->n_outputs; i++) {
+        impl->outputs[i].reference_label = reference_label;
+        impl->outputs[i].reference_factor = BACKWARD_ERROR_FACTOR;
+    }
 }
 
 // The forward's O and LSE are also held to FlashAttention's rule against the naive forward's rows of that label.
@@ -150,7 +141,7 @@ static void compare_with_naive(fa_implementation *impl, const char *reference_la
 // The backward's tensors on contiguous [B, H, S, D] buffers.
 static backward_tensors contiguous_tensors(const fa_shape *s, const float *q, const float *k, const float *v,
                                            const float *o, const float *lse, const float *lse_residual,
-                                           const float *dout, float *delta, grads g) {
+                                           const float *dout, float *delta, fa_grads g) {
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
     backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk, lse_residual};
     return t;
@@ -158,7 +149,7 @@ static backward_tensors contiguous_tensors(const fa_shape *s, const float *q, co
 
 // Runs, checks and times the FlashAttention backward in each dQ variant --dq asks for.
 static void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref, int is_cuda,
-                                    backward_tensors t, grads host, grads device, double upload_ms) {
+                                    backward_tensors t, fa_grads host, fa_grads device, double upload_ms) {
     const fa_shape *s = &opt->shape;
     const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
     const char *labels[2] = {DET_LABEL, ATOMIC_LABEL};
@@ -231,8 +222,8 @@ int main(int argc, char **argv) {
     float *o = fa_alloc_floats(n_q, "O"), *lse = fa_alloc_floats(n_lse, "LSE");
     float *lse_residual = fa_alloc_floats(n_lse, "LSE residual");
     float *naive_o = fa_alloc_floats(n_q, "naive O"), *naive_lse = fa_alloc_floats(n_lse, "naive LSE");
-    grads host = {fa_alloc_floats(n_q, "dQ"), fa_alloc_floats(n_kv, "dK"), fa_alloc_floats(n_kv, "dV")};
-    const grads no_device = {NULL, NULL, NULL};
+    fa_grads host = {fa_alloc_floats(n_q, "dQ"), fa_alloc_floats(n_kv, "dK"), fa_alloc_floats(n_kv, "dV")};
+    const fa_grads no_device = {NULL, NULL, NULL};
     // The naive backward's P and dP/dS: the O(S^2) memory the FlashAttention backward does without. Counted in double
     // (B*H*Sq*Sk can pass 2^63 when every tensor is still allowed); past FA_MAX_NUMEL it is not even tried.
     const double scores = (double)shape->B * (double)shape->H * (double)shape->Sq * (double)shape->Sk;
@@ -294,7 +285,7 @@ int main(int argc, char **argv) {
         float *o_dev = fa_gpu_alloc(n_q, "O"), *lse_dev = fa_gpu_alloc(n_lse, "LSE");
         float *residual_dev = fa_gpu_alloc(n_lse, "LSE residual");
         float *delta_dev = fa_gpu_alloc(n_lse, "Delta");
-        grads device = {fa_gpu_alloc(n_q, "dQ"), fa_gpu_alloc(n_kv, "dK"), fa_gpu_alloc(n_kv, "dV")};
+        fa_grads device = {fa_gpu_alloc(n_q, "dQ"), fa_gpu_alloc(n_kv, "dK"), fa_gpu_alloc(n_kv, "dV")};
 
         forward_args fwd = {shape, opt.block_m, opt.block_n, dev.q, dev.k, dev.v, o_dev, lse_dev, residual_dev};
         if (!flash4d_cuda_supports_tiles(opt.block_m, opt.block_n)) {

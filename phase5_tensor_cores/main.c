@@ -243,15 +243,10 @@ static void run_backward_cuda(void *p) {
 }
 #endif
 
-// The gradients: host copies (checked) and, for a cuda run, where the kernels write them.
-typedef struct {
-    float *dq, *dk, *dv;
-} grads;
-
 // The backward's tensors on contiguous [B, H, S, D] buffers: the half inputs, the forward's O and LSE, the gradients.
 static tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q, const void *k, const void *v,
                                                const void *dout, const float *o, const float *lse, float *delta,
-                                               grads g) {
+                                               fa_grads g) {
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
     tc_backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk};
     return t;
@@ -260,7 +255,7 @@ static tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q,
 // Runs, checks and times the step 4 backward in each dQ variant --dq asks for, on the forward's O and LSE in t.
 static void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
                                     const fa_half_rule *rule, int is_cuda, int block_m, int block_n,
-                                    tc_backward_tensors t, grads host, grads device, double upload_ms) {
+                                    tc_backward_tensors t, fa_grads host, fa_grads device, double upload_ms) {
     const fa_shape *s = &opt->shape;
     const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
     const char *labels[2] = {BACKWARD_DET_LABEL, BACKWARD_ATOMIC_LABEL};
@@ -282,7 +277,8 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
         } else {
             impl.extra_bytes_per_thread = flash_backward_tc_cpu_workspace_bytes(s->D, block_m, block_n);
         }
-        fa_half_backward_outputs(&impl, s, ref, rule, host.dq, device.dq, host.dk, device.dk, host.dv, device.dv);
+        const double tol[3] = {rule->tol_dq, rule->tol_dk, rule->tol_dv};   // fa_make_half_backward_rule's
+        fa_backward_outputs(&impl, s, ref, tol, host, device);
         fa_check_and_time(report, opt, ref, &impl);
     }
 }
@@ -347,7 +343,7 @@ int main(int argc, char **argv) {
     }
     const fa_strides q_strides = fa_strides_contiguous(opt.shape.H, opt.shape.Sq, opt.shape.D);
     const fa_strides kv_strides = fa_strides_contiguous(opt.shape.H, opt.shape.Sk, opt.shape.D);
-    grads host = {NULL, NULL, NULL};
+    fa_grads host = {NULL, NULL, NULL};
     float *delta = NULL;
     if (backward) {
         host.dq = fa_alloc_floats(fa_numel_q(&opt.shape), "dQ");
@@ -368,7 +364,7 @@ int main(int argc, char **argv) {
                                        kv_strides, half.v, kv_strides, o, q_strides, lse, NULL);
             const tc_backward_tensors t =
                 contiguous_backward(&opt.shape, half.q, half.k, half.v, half.dout, o, lse, delta, host);
-            const grads no_device = {NULL, NULL, NULL};
+            const fa_grads no_device = {NULL, NULL, NULL};
             check_and_time_backward(&report, &opt, &ref, &rule, 0, opt.block_m, opt.block_n, t, host, no_device, 0.0);
         }
     }
@@ -396,7 +392,7 @@ int main(int argc, char **argv) {
                 fa_report_add_note(&report, "step 4 cuda ran with %s tiles, the only ones its kernels have "
                                    "(--block-m %d --block-n %d set the CPU's and the forward's)",
                                    TC_BACKWARD_CUDA_TILES_TEXT, opt.block_m, opt.block_n);
-            grads device = {fa_gpu_alloc(fa_numel_q(&opt.shape), "dQ"), fa_gpu_alloc(fa_numel_kv(&opt.shape), "dK"),
+            fa_grads device = {fa_gpu_alloc(fa_numel_q(&opt.shape), "dQ"), fa_gpu_alloc(fa_numel_kv(&opt.shape), "dK"),
                             fa_gpu_alloc(fa_numel_kv(&opt.shape), "dV")};
             float *delta_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "Delta");
             const tc_backward_tensors t = contiguous_backward(&opt.shape, dev_half.q, dev_half.k, dev_half.v,

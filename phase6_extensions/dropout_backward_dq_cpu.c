@@ -151,16 +151,24 @@ static void q_tile_program(const fa_shape *shape, dropout_params drop, int BLOCK
             // sees keys j <= i). A tile in the past keeps the test against S_k alone: no element mask.
             const int64_t i = q_start + r, last_key = stage == TILE_DIAGONAL && i < S_k - 1 ? i : S_k - 1;
 
+            // Dropout: dP through the forward's mask, regenerated: dP_ij M_ij / (1 - p), four keys per call of the
+            // generator (as in the forward).
+            if (drop.threshold != 0) {
+                unsigned keep4 = 0;
+                for (int j = 0; j < BLOCK_N && k_start + j < S_k; j++) {
+                    const int64_t key = k_start + j;
+                    if (j == 0 || key % 4 == 0) keep4 = dropout_keep4(drop.seed, drop.threshold, bh, i, key / 4);
+                    dp[j] *= keep4 >> key % 4 & 1u ? drop.keep_scale : 0.0f;
+                }
+            }
+
             // 2. P_ij from the saved log-sum-exp, and dS_ij = P_ij (dP_ij - Delta_i); 0 past last_key (and in the
             //    padding).
 #pragma omp simd
             for (int j = 0; j < N_pad; j++) {
                 const int visible = j < BLOCK_N && k_start + j <= last_key;
                 const float p = visible ? fa_exp2((s[j] - w->lse2_hi[r]) - w->lse2_lo[r]) : 0.0f;
-                // Dropout: keep = M_ij / (1 - p), the forward's mask regenerated, on dP.
-                const int kept = drop.threshold == 0 || dropout_keep(drop.seed, drop.threshold, bh, i, k_start + j);
-                const float keep = kept ? drop.keep_scale : 0.0f;
-                ds[j] = p * (dp[j] * keep - w->delta[r]);
+                ds[j] = p * (dp[j] - w->delta[r]);
             }
 
             // 3. dQ_i += sum_j dS_ij K_j, VEC dims at a time, kept in registers while j runs.

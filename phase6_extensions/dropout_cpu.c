@@ -152,11 +152,17 @@ static int64_t q_tile_program(const fa_shape *shape, dropout_params drop, int BL
             w->l_i[r] = w->l_i[r] * alpha + row_sum;
             w->m_i[r] = m_new;
             // Dropout, after the softmax's sum: l_i counts every key, only P V sees the mask. A dropped key's p
-            // becomes 0; the kept ones are scaled by keep_scale = 1 / (1 - p) once, at the end. (The GPU asks the
-            // generator for four keys at a time; the CPU's tiles may start anywhere, so it asks key by key.)
-            if (drop.threshold != 0)
-                for (int j = 0; j < BLOCK_N && k_start + j < S_k; j++)
-                    if (!dropout_keep(drop.seed, drop.threshold, bh, i, k_start + j)) s[j] = 0.0f;
+            // becomes 0; the kept ones are scaled by keep_scale = 1 / (1 - p) once, at the end. One call of the
+            // generator gives the verdicts of four neighbouring keys: a new call where a group of four begins (the
+            // tile may start inside one).
+            if (drop.threshold != 0) {
+                unsigned keep4 = 0;
+                for (int j = 0; j < BLOCK_N && k_start + j < S_k; j++) {
+                    const int64_t key = k_start + j;
+                    if (j == 0 || key % 4 == 0) keep4 = dropout_keep4(drop.seed, drop.threshold, bh, i, key / 4);
+                    if (!(keep4 >> key % 4 & 1u)) s[j] = 0.0f;
+                }
+            }
 
             // acc = acc * alpha + p V_tile, VEC columns at a time, kept in registers while j runs.
             for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {

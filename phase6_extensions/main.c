@@ -70,8 +70,9 @@ static void print_ext_help(void) {
            "                 j <= i + Sk - Sq (bottom-right, FlashAttention's); rows that see no key give O = 0\n");
     printf("  --seqlens L1,L2,...   variable-length batch: sequences of these lengths packed as [total, H, D]\n"
            "                 (FlashAttention's cu_seqlens); sets B, Sq and Sk; --check-heads counts query tokens\n");
-    printf("  --dropout P    dropout: each probability is dropped with probability P (0 <= P < 1) and the kept ones\n"
-           "                 scaled by 1 / (1 - P); the mask comes from --seed (Philox), the backward regenerates it\n");
+    printf("  --dropout P    dropout: each probability is dropped with probability P (0 <= P < 1) and the kept\n"
+           "                 ones scaled by 1 / (1 - P); the mask comes from --seed (Philox), the backward\n"
+           "                 regenerates it\n");
     printf("  --backward     with --softcap, --H-kv, --window or --dropout: the feature's forward, then its "
            "backward\n");
     printf("Split-KV decoding runs by itself when Sq <= %d (K/V split over blocks of %d keys).\n\n", SPLITKV_MAX_SQ,
@@ -261,21 +262,30 @@ static forward_tensors forward_args(const row_args *a, fa_strides q_strides, fa_
                              .lse_residual = lse_residual};
 }
 
+// The forward rows' tensors, the same on both devices: without the LSE residual, with it (the rows a backward
+// follows), and packed (varlen).
+typedef struct {
+    forward_tensors plain, with_residual, packed;
+} row_tensors;
+static row_tensors row_tensors_of(const row_args *a) {
+    const fa_shape *s = a->shape;
+    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(a->e->H_kv, s->Sk, s->D);
+    return (row_tensors){forward_args(a, qs, ks, NULL), forward_args(a, qs, ks, a->lse_residual),
+                         forward_args(a, packed_strides(s), packed_strides(s), NULL)};
+}
+
 static void run_cpu(void *p) {
     row_args *a = p;
     const fa_shape *s = a->shape;
     const ext_options *e = a->e;
-    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(e->H_kv, s->Sk, s->D);
     const int bm = a->block_m, bn = a->block_n;
-    // The forward rows' tensors: without the LSE residual, with it (the rows a backward follows), and packed (varlen).
-    const forward_tensors t = forward_args(a, qs, ks, NULL), t_res = forward_args(a, qs, ks, a->lse_residual);
-    const forward_tensors t_packed = forward_args(a, packed_strides(s), packed_strides(s), NULL);
+    const row_tensors rt = row_tensors_of(a);
     switch (a->kind) {
     case ROW_PHASE3:
-        flash_forward_lse_cpu(s, bm, bn, &t, &a->tiles_visited);
+        flash_forward_lse_cpu(s, bm, bn, &rt.plain, &a->tiles_visited);
         break;
     case ROW_GQA:
-        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, &t_res, &a->tiles_visited);
+        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, &rt.with_residual, &a->tiles_visited);
         break;
     case ROW_GQA_BACKWARD:
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -283,7 +293,7 @@ static void run_cpu(void *p) {
         backward_dq_gqa_cpu(s, e->H_kv, bm, bn, a->bwd);
         break;
     case ROW_WINDOW:
-        flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, &t_res, &a->tiles_visited);
+        flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, &rt.with_residual, &a->tiles_visited);
         break;
     case ROW_WINDOW_BACKWARD:
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -291,7 +301,7 @@ static void run_cpu(void *p) {
         backward_dq_window_cpu(s, e->window_left, e->window_right, bm, bn, a->bwd);
         break;
     case ROW_SOFTCAP:
-        flash_forward_softcap_cpu(s, e->softcap, bm, bn, &t_res, &a->tiles_visited);
+        flash_forward_softcap_cpu(s, e->softcap, bm, bn, &rt.with_residual, &a->tiles_visited);
         break;
     case ROW_SOFTCAP_BACKWARD:   // phase 4's plan: Delta, then dK and dV, then dQ (deterministic)
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -299,7 +309,7 @@ static void run_cpu(void *p) {
         backward_dq_softcap_cpu(s, e->softcap, bm, bn, a->bwd);
         break;
     case ROW_DROPOUT:
-        flash_forward_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, &t_res, &a->tiles_visited);
+        flash_forward_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, &rt.with_residual, &a->tiles_visited);
         break;
     case ROW_DROPOUT_BACKWARD:
         backward_preprocess_cpu(s, a->bwd, 0);
@@ -307,10 +317,10 @@ static void run_cpu(void *p) {
         backward_dq_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd);
         break;
     case ROW_ALIGN:
-        flash_forward_align_cpu(s, e->bottom_right, bm, bn, &t, &a->tiles_visited);
+        flash_forward_align_cpu(s, e->bottom_right, bm, bn, &rt.plain, &a->tiles_visited);
         break;
     case ROW_VARLEN:
-        flash_forward_varlen_cpu(s, a->cu_seqlens, a->cu_q_tiles, bm, bn, &t_packed, &a->tiles_visited);
+        flash_forward_varlen_cpu(s, a->cu_seqlens, a->cu_q_tiles, bm, bn, &rt.packed, &a->tiles_visited);
         break;
     default: flash_decode_splitkv_cpu(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
     }
@@ -321,15 +331,12 @@ static void run_cuda(void *p) {
     row_args *a = p;
     const fa_shape *s = a->shape;
     const ext_options *e = a->e;
-    const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(e->H_kv, s->Sk, s->D);
     const int bm = a->block_m, bn = a->block_n;
-    // The forward rows' tensors: without the LSE residual, with it (the rows a backward follows), and packed (varlen).
-    const forward_tensors t = forward_args(a, qs, ks, NULL), t_res = forward_args(a, qs, ks, a->lse_residual);
-    const forward_tensors t_packed = forward_args(a, packed_strides(s), packed_strides(s), NULL);
+    const row_tensors rt = row_tensors_of(a);
     switch (a->kind) {
-    case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, &t); break;
+    case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, &rt.plain); break;
     case ROW_GQA:
-        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, &t_res);
+        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, &rt.with_residual);
         break;
     case ROW_GQA_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -337,7 +344,7 @@ static void run_cuda(void *p) {
         backward_dq_gqa_cuda(s, e->H_kv, bm, bn, a->bwd);
         break;
     case ROW_WINDOW:
-        flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, &t_res);
+        flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, &rt.with_residual);
         break;
     case ROW_WINDOW_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -345,7 +352,7 @@ static void run_cuda(void *p) {
         backward_dq_window_cuda(s, e->window_left, e->window_right, bm, bn, a->bwd);
         break;
     case ROW_SOFTCAP:
-        flash_forward_softcap_cuda(s, e->softcap, bm, bn, &t_res);
+        flash_forward_softcap_cuda(s, e->softcap, bm, bn, &rt.with_residual);
         break;
     case ROW_SOFTCAP_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -353,7 +360,7 @@ static void run_cuda(void *p) {
         backward_dq_softcap_cuda(s, e->softcap, bm, bn, a->bwd);
         break;
     case ROW_DROPOUT:
-        flash_forward_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, &t_res);
+        flash_forward_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, &rt.with_residual);
         break;
     case ROW_DROPOUT_BACKWARD:
         backward_preprocess_cuda(s, a->bwd, 0);
@@ -361,10 +368,10 @@ static void run_cuda(void *p) {
         backward_dq_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd);
         break;
     case ROW_ALIGN:
-        flash_forward_align_cuda(s, e->bottom_right, bm, bn, &t);
+        flash_forward_align_cuda(s, e->bottom_right, bm, bn, &rt.plain);
         break;
     case ROW_VARLEN:
-        flash_forward_varlen_cuda(s, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, bm, bn, &t_packed);
+        flash_forward_varlen_cuda(s, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, bm, bn, &rt.packed);
         break;
     default: flash_decode_splitkv_cuda(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
     }
@@ -574,17 +581,14 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     }
     if (is_backward_row(kind)) {
         const backward_tensors *t = dev->bwd;
-        const int64_t dims_q[4] = {s->B, s->H, s->Sq, s->D}, dims_kv[4] = {s->B, p->e->H_kv, s->Sk, s->D};
-        impl.n_outputs = 3;
-        impl.outputs[0] = (fa_output){"dQ", dev->dq_host, dev->is_cuda ? t->dq : NULL, {0}, ref->dq,
-                                      ref->tol_backward, ref->scale.dq, NULL, 0.0, NULL};
-        impl.outputs[1] = (fa_output){"dK", dev->dk_host, dev->is_cuda ? t->dk : NULL, {0}, ref->dk,
-                                      ref->tol_backward, ref->scale.dk, NULL, 0.0, p->kv_heads};
-        impl.outputs[2] = (fa_output){"dV", dev->dv_host, dev->is_cuda ? t->dv : NULL, {0}, ref->dv,
-                                      ref->tol_backward, ref->scale.dv, NULL, 0.0, p->kv_heads};
-        for (int x = 0; x < 4; x++) {
-            impl.outputs[0].dims[x] = dims_q[x];
-            impl.outputs[1].dims[x] = impl.outputs[2].dims[x] = dims_kv[x];
+        const double tol[3] = {ref->tol_backward, ref->tol_backward, ref->tol_backward};
+        const fa_grads host = {dev->dq_host, dev->dk_host, dev->dv_host};
+        const fa_grads device = {dev->is_cuda ? t->dq : NULL, dev->is_cuda ? t->dk : NULL, dev->is_cuda ? t->dv : NULL};
+        fa_backward_outputs(&impl, s, ref, tol, host, device);
+        // dK and dV have the K/V heads (GQA), and are checked on the K/V heads the oracle computed.
+        for (int x = 1; x <= 2; x++) {
+            impl.outputs[x].dims[1] = p->e->H_kv;
+            impl.outputs[x].heads = p->kv_heads;
         }
     } else if (kind == ROW_VARLEN) {   // packed O [total, H, D] and LSE [total, H] (make_reference_varlen)
         impl.n_outputs = 2;
@@ -699,8 +703,9 @@ int main(int argc, char **argv) {
         prob.flops = 4.0 * (double)opt.shape.D * ext_visible_pairs(&opt.shape, e);
         fa_report_add_note(&report, "features: H_kv %lld, window (%lld, %lld), softcap %g, causal alignment %s, "
                            "dropout %g (seed %llu)", (long long)e->H_kv, (long long)e->window_left,
-                           (long long)e->window_right, (double)e->softcap, e->bottom_right ? "bottom-right" : "top-left",
-                           (double)e->dropout_p, (unsigned long long)e->dropout_seed);
+                           (long long)e->window_right, (double)e->softcap,
+                           e->bottom_right ? "bottom-right" : "top-left", (double)e->dropout_p,
+                           (unsigned long long)e->dropout_seed);
     }
     const int use_gpu = fa_use_gpu(&opt, &report);
 

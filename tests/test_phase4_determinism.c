@@ -63,12 +63,7 @@ static void free_problem(problem *p) {
     free(p->dq), free(p->dk), free(p->dv);
 }
 
-static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
-    const char *differs = grads_first_difference(s, a, b);
-    EXPECT_MSG(differs == NULL, "%s: %s differs", what, differs);
-}
-
-static void expect_matches_oracle(const problem *p, const grads *g, const char *what) {
+static void expect_matches_oracle(const problem *p, const fa_grads *g, const char *what) {
     int64_t dq_dims[4] = {p->s.B, p->s.H, p->s.Sq, p->s.D}, dkv_dims[4] = {p->s.B, p->s.H, p->s.Sk, p->s.D};
     const struct { const char *name; const float *got; const double *want; const int64_t *dims; } t[3] = {
         {"dQ", g->dq, p->dq, dq_dims}, {"dK", g->dk, p->dk, dkv_dims}, {"dV", g->dv, p->dv, dkv_dims}};
@@ -82,7 +77,7 @@ static void expect_matches_oracle(const problem *p, const grads *g, const char *
 // The tensors of a backward call on contiguous [B, H, S, D] buffers.
 static backward_tensors contiguous_tensors(const fa_shape *s, const float *q, const float *k, const float *v,
                                            const float *o, const float *lse, const float *dout, float *delta,
-                                           grads *g) {
+                                           fa_grads *g) {
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
     backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g->dq, g->dk, g->dv, sq, sk, sk, NULL};
     return t;
@@ -111,7 +106,7 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
     problem p = make_problem(*s, 42);
     float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
     const int thread_counts[3] = {1, 2, 3};
-    grads runs[3];
+    fa_grads runs[3];
     for (int r = 0; r < 3; r++) {
         runs[r] = grads_alloc(s);
         backward_tensors t = contiguous_tensors(s, p.q, p.k, p.v, p.o, p.lse, p.dout, delta, &runs[r]);
@@ -123,7 +118,7 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
     expect_same_bits(s, &runs[0], &runs[2], "deterministic, 1 vs 3 threads");
 
     // The same tensors in [B, S, H, D] layout, passed with their strides: the same bits again.
-    grads strided = grads_alloc(s);
+    fa_grads strided = grads_alloc(s);
     float *q = to_bshd(p.q, s, s->Sq), *k = to_bshd(p.k, s, s->Sk), *v = to_bshd(p.v, s, s->Sk);
     float *o = to_bshd(p.o, s, s->Sq), *dout = to_bshd(p.dout, s, s->Sq);
     float *dq = to_bshd(strided.dq, s, s->Sq), *dk = to_bshd(strided.dk, s, s->Sk), *dv = to_bshd(strided.dv, s, s->Sk);
@@ -147,7 +142,7 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
     free(q), free(k), free(v), free(o), free(dout), free(dq), free(dk), free(dv);
 
     // The atomic variant: race-free, so still right (its bits may differ from the deterministic ones).
-    grads atomic = grads_alloc(s);
+    fa_grads atomic = grads_alloc(s);
     t = contiguous_tensors(s, p.q, p.k, p.v, p.o, p.lse, p.dout, delta, &atomic);
     omp_set_num_threads(3);
     flash_backward_cpu(s, block_m, block_n, FA_DQ_ATOMIC, &t);
@@ -166,13 +161,13 @@ static void test_cpu(const fa_shape *s, int block_m, int block_n) {
 
 #if FA_HAVE_CUDA
 // Runs the backward on the GPU and brings dQ, dK, dV back.
-static void run_cuda(const problem *p, int block_m, int block_n, int dq_mode, grads *out) {
+static void run_cuda(const problem *p, int block_m, int block_n, int dq_mode, fa_grads *out) {
     const fa_shape *s = &p->s;
     const int64_t nq = fa_numel_q(s), nk = fa_numel_kv(s), nl = fa_numel_lse(s);
     float *q = fa_gpu_alloc(nq, "q"), *k = fa_gpu_alloc(nk, "k"), *v = fa_gpu_alloc(nk, "v");
     float *o = fa_gpu_alloc(nq, "o"), *lse = fa_gpu_alloc(nl, "lse"), *dout = fa_gpu_alloc(nq, "dO");
     float *delta = fa_gpu_alloc(nl, "Delta");
-    grads g = {fa_gpu_alloc(nq, "dQ"), fa_gpu_alloc(nk, "dK"), fa_gpu_alloc(nk, "dV")};
+    fa_grads g = {fa_gpu_alloc(nq, "dQ"), fa_gpu_alloc(nk, "dK"), fa_gpu_alloc(nk, "dV")};
     fa_gpu_upload(q, p->q, nq), fa_gpu_upload(k, p->k, nk), fa_gpu_upload(v, p->v, nk);
     fa_gpu_upload(o, p->o, nq), fa_gpu_upload(lse, p->lse, nl), fa_gpu_upload(dout, p->dout, nq);
     fa_gpu_poison(g.dq, nq), fa_gpu_poison(g.dk, nk), fa_gpu_poison(g.dv, nk);
@@ -188,7 +183,7 @@ static void test_cuda(const fa_shape *s, int block_m, int block_n) {
     printf("cuda B=%lld H=%lld Sq=%lld Sk=%lld D=%lld causal=%d tiles %dx%d\n", (long long)s->B, (long long)s->H,
            (long long)s->Sq, (long long)s->Sk, (long long)s->D, s->causal, block_m, block_n);
     problem p = make_problem(*s, 43);
-    grads first = grads_alloc(s), second = grads_alloc(s), atomic = grads_alloc(s);
+    fa_grads first = grads_alloc(s), second = grads_alloc(s), atomic = grads_alloc(s);
     run_cuda(&p, block_m, block_n, FA_DQ_DETERMINISTIC, &first);
     run_cuda(&p, block_m, block_n, FA_DQ_DETERMINISTIC, &second);
     run_cuda(&p, block_m, block_n, FA_DQ_ATOMIC, &atomic);

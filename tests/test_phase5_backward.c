@@ -64,7 +64,7 @@ static void free_problem(problem *p) {
 }
 
 // Checks dQ, dK, dV by the rule; returns 1 when all three pass. `quiet` leaves the lines out (planted failures).
-static int passes_rule(const problem *p, const grads *g, const char *what, int quiet) {
+static int passes_rule(const problem *p, const fa_grads *g, const char *what, int quiet) {
     const fa_shape *s = &p->opt.shape;
     int64_t dims_q[4], dims_kv[4];
     fa_dims_q(s, dims_q);
@@ -80,13 +80,8 @@ static int passes_rule(const problem *p, const grads *g, const char *what, int q
     return c[0].pass && c[1].pass && c[2].pass;
 }
 
-static void expect_same_bits(const fa_shape *s, const grads *a, const grads *b, const char *what) {
-    const char *differs = grads_first_difference(s, a, b);
-    EXPECT_MSG(differs == NULL, "%s: %s differs", what, differs);
-}
-
 static tc_backward_tensors tensors(const problem *p, const void *q, const void *k, const void *v, const void *dout,
-                                   const float *o, const float *lse, float *delta, const grads *g) {
+                                   const float *o, const float *lse, float *delta, const fa_grads *g) {
     tc_backward_tensors t = {q, k, v, o, lse, dout, p->qs, p->ks, p->ks, p->qs, p->qs, delta,
                              g->dq, g->dk, g->dv, p->qs, p->ks, p->ks};
     return t;
@@ -101,7 +96,7 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
     flash_forward_pipeline_cpu(s, p.opt.dtype, 128, 64, p.half.q, p.qs, p.half.k, p.ks, p.half.v, p.ks, o, p.qs, lse,
                                NULL);
-    grads det1 = grads_alloc(s), det2 = grads_alloc(s), atomic = grads_alloc(s);
+    fa_grads det1 = grads_alloc(s), det2 = grads_alloc(s), atomic = grads_alloc(s);
     tc_backward_tensors t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &det1);
     omp_set_num_threads(1);
     flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
@@ -124,7 +119,7 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
 
     // A log-sum-exp 0.02 too large makes every P 2% too small: the gradients must fail.
     for (int64_t i = 0; i < fa_numel_lse(s); i++) lse[i] += 0.02f;
-    grads off = grads_alloc(s);
+    fa_grads off = grads_alloc(s);
     t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &off);
     flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
     EXPECT_MSG(!passes_rule(&p, &off, "LSE + 0.02", 0), "%s D=%s: a backward with P 2%% off passes", dtype, D);
@@ -144,12 +139,12 @@ static void test_cuda_case(const char *dtype, const char *D, int causal) {
     fa_upload_half_inputs(&p.opt, &p.half, &dev);
     float *o = fa_gpu_alloc(fa_numel_q(s), "O"), *lse = fa_gpu_alloc(fa_numel_lse(s), "LSE");
     float *delta = fa_gpu_alloc(fa_numel_lse(s), "Delta");
-    grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
+    fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                     fa_gpu_alloc(fa_numel_kv(s), "dV")};
     flash_forward_pipeline_cuda(s, p.opt.dtype, 128, 64, dev.q, p.qs, dev.k, p.ks, dev.v, p.ks, o, p.qs, lse);
     const tc_backward_tensors t = tensors(&p, dev.q, dev.k, dev.v, dev.dout, o, lse, delta, &device);
     const int modes[3] = {FA_DQ_DETERMINISTIC, FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
-    grads runs[3];
+    fa_grads runs[3];
     for (int r = 0; r < 3; r++) {
         fa_gpu_poison(device.dq, fa_numel_q(s));
         fa_gpu_poison(device.dk, fa_numel_kv(s));
