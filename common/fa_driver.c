@@ -35,21 +35,24 @@ void fa_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa
                         float *o_host, float *o_device, float *lse_host, float *lse_device) {
     impl->n_outputs = 0;
     fa_output *o = &impl->outputs[impl->n_outputs++];
-    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL};
+    *o = (fa_output){"O", o_host, o_device, {0}, ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL, NULL};
     fa_dims_q(shape, o->dims);
     if (!lse_host) return;
     fa_output *lse = &impl->outputs[impl->n_outputs++];
     *lse = (fa_output){"LSE", lse_host, lse_device, {0}, ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0,
-                       NULL};
+                       NULL, NULL};
     fa_dims_lse(shape, lse->dims);
 }
 
 void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref, const double tol[3],
                          fa_grads host, fa_grads device) {
     impl->n_outputs = 3;
-    impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, tol[0], ref->scale.dq, NULL, 0.0, NULL};
-    impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, tol[1], ref->scale.dk, NULL, 0.0, NULL};
-    impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, tol[2], ref->scale.dv, NULL, 0.0, NULL};
+    impl->outputs[0] = (fa_output){"dQ", host.dq, device.dq, {0}, ref->dq, tol[0], ref->scale.dq, NULL, 0.0, NULL,
+                                   NULL};
+    impl->outputs[1] = (fa_output){"dK", host.dk, device.dk, {0}, ref->dk, tol[1], ref->scale.dk, NULL, 0.0, NULL,
+                                   NULL};
+    impl->outputs[2] = (fa_output){"dV", host.dv, device.dv, {0}, ref->dv, tol[2], ref->scale.dv, NULL, 0.0, NULL,
+                                   NULL};
     fa_dims_q(shape, impl->outputs[0].dims);
     fa_dims_kv(shape, impl->outputs[1].dims);
     fa_dims_kv(shape, impl->outputs[2].dims);
@@ -171,13 +174,6 @@ static float max_abs(const float *x, int64_t n) {
     return m;
 }
 
-double fa_tolerance_for_inputs(const fa_shape *s, const fa_inputs *in, double base) {
-    const double eps = 1.1920929e-7;   // float32 machine epsilon
-    double logit_error = eps * sqrt((double)s->D) * s->scale * max_abs(in->q, fa_numel_q(s)) *
-                         max_abs(in->k, fa_numel_kv(s));
-    return fmax(base, 20.0 * logit_error);
-}
-
 // Counts the NaN and Inf values of x and finds the first one (its flat index, or -1).
 static int64_t count_nonfinite(const float *x, int64_t n, int64_t *first) {
     int64_t count = 0, first_at = INT64_MAX;
@@ -222,15 +218,11 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     const int64_t count = fa_heads_to_check(opt, per_head);
     fa_choose_heads(ref->heads, BH, count);
     ref->heads_checked = (int)(count < BH ? count : BH);
-    ref->tol_forward = fa_tolerance_for_inputs(s, in, FA_TOL_FORWARD);
-    // The same as fa_tolerance_for_inputs(s, in, FA_TOL_BACKWARD) (the logit term is shared), without a second pass
-    // over the inputs.
-    ref->tol_backward = fmax(FA_TOL_BACKWARD, ref->tol_forward);
+    ref->tol_forward = FA_TOL_FORWARD;
+    ref->tol_backward = FA_TOL_BACKWARD;
     report_nonfinite_inputs(s, in);
 
     double start = fa_now_ms();
-    fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
-    fflush(stderr);
     fa_set_threads(opt->threads);
     const int64_t q_head = s->Sq * s->D, kv_head = s->Sk * s->D;
     double *q = fa_oracle_heads_to_double(in->q, s, ref->heads, q_head, "oracle Q");
@@ -252,7 +244,18 @@ void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward,
     free(q);
     free(k);
     free(v);
-    fprintf(stderr, " %.1f s\n", (fa_now_ms() - start) / 1e3);
+    // Inputs whose logits are too large for any float32 check to judge are refused, before anything is printed.
+    int64_t dims_q[4], dims_kv[4], dims_lse[4];
+    fa_dims_q(s, dims_q);
+    fa_dims_kv(s, dims_kv);
+    fa_dims_lse(s, dims_lse);
+    fa_refuse_unjudgeable_rows("O", &ref->scale.o, dims_q, ref->heads);
+    fa_refuse_unjudgeable_rows("LSE", &ref->scale.lse, dims_lse, ref->heads);
+    fa_refuse_unjudgeable_rows("dQ", &ref->scale.dq, dims_q, ref->heads);
+    fa_refuse_unjudgeable_rows("dK", &ref->scale.dk, dims_kv, ref->heads);
+    fa_refuse_unjudgeable_rows("dV", &ref->scale.dv, dims_kv, ref->heads);
+    fprintf(stderr, "oracle: float64 reference for %d of %lld heads, %.1f s\n", ref->heads_checked, (long long)BH,
+            (fa_now_ms() - start) / 1e3);
 }
 
 void fa_free_reference(fa_reference *ref) {
@@ -262,6 +265,7 @@ void fa_free_reference(fa_reference *ref) {
     free(ref->dq);
     free(ref->dk);
     free(ref->dv);
+    fa_free_magnitudes(&ref->scale);
 }
 
 void fa_set_threads(int threads) { omp_set_num_threads(threads); }
@@ -334,13 +338,12 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
     // 2. Check every output against the oracle, and save it.
     for (int i = 0; i < impl->n_outputs; i++) {
         const fa_output *out = &impl->outputs[i];
-        fa_check check = fa_verify_results_scaled(check_label, out->name, out->host, out->want, out->dims,
-                                                  out->heads ? out->heads : ref->heads, out->tolerance,
-                                                  out->scale);
-        if (out->reference_label)
-            fa_check_against_reference(&check, fa_report_find_check(report, out->reference_label, out->name),
-                                       out->reference_factor);
-        fa_report_add_check(report, check);
+        const fa_rule rule = {
+            .tolerance = out->tolerance, .bounds = out->bounds, .head_extra = out->head_extra,
+            .reference = out->reference_label ? fa_report_find_check(report, out->reference_label, out->name) : NULL,
+            .reference_factor = out->reference_factor};
+        fa_report_add_check(report, fa_verify_rows(check_label, out->name, out->host, out->want, out->dims,
+                                                   out->heads ? out->heads : ref->heads, &rule));
         save_tensor(opt, out->name, out->host, out->dims);
     }
     report->heads_checked = ref->heads_checked;
@@ -449,6 +452,36 @@ void fa_free_half_inputs(fa_half_inputs *half) {
     free(half->dout);
 }
 
+// The smallest scale of the compared rows (1 when there is none): the reference's own bounds below have a term that
+// is absolute (fp16 subnormals), which every row must allow.
+static double min_row_scale(const fa_row_bounds *b, const int64_t dims[4], const unsigned char *heads) {
+    double m = INFINITY;
+    for (int64_t r = 0; r < dims[0] * dims[1] * dims[2]; r++)
+        if ((!heads || heads[r / dims[2]]) && b->scale[r] > 0.0) m = fmin(m, b->scale[r]);
+    return isfinite(m) ? m : 1.0;
+}
+
+// factor x the reference's largest rel err in each head (fa_head_errors), into a new array; *largest gets the largest.
+static double *head_rule(const float *got, const double *want, const int64_t dims[4], const unsigned char *heads,
+                         const fa_row_bounds *bounds, double factor, double *largest) {
+    double *head = fa_alloc_doubles(dims[0] * dims[1], "the half rule's heads");
+    fa_head_errors(got, want, dims, heads, bounds, head);
+    *largest = 0.0;
+    for (int64_t h = 0; h < dims[0] * dims[1]; h++) {
+        head[h] *= factor;
+        *largest = fmax(*largest, head[h]);
+    }
+    return head;
+}
+
+// The reference's own check: the float32 tolerance plus `bound` (relative), each row with its logit part.
+static fa_check check_reference(const char *label, const char *tensor, const float *got, const double *want,
+                                const int64_t dims[4], const unsigned char *heads, const fa_row_bounds *bounds,
+                                double tolerance) {
+    const fa_rule rule = {.tolerance = tolerance, .bounds = *bounds};
+    return fa_verify_rows(label, tensor, got, want, dims, heads, &rule);
+}
+
 void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs *in, const fa_reference *ref,
                        fa_half_rule *rule) {
     const fa_shape *s = &opt->shape;
@@ -462,29 +495,28 @@ void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs
     fa_half_reference_forward(s, dtype, in->q, in->k, in->v, ref->heads, o, lse);
 
     // The bound the reference's own arithmetic guarantees. Rounding P_ij to the half type moves it by at most
-    // u * P_ij (and, for an fp16 subnormal, by at most 2^-25), and O_i = sum_j P_ij V_j with sum_j P_ij = 1. Errors
-    // are measured against the oracle's scale for O (fa_oracle_magnitudes), as every row's are, so that the rule's
-    // tolerances below and the rows they are applied to (fa_forward_outputs) use the same unit.
+    // u * P_ij (and, for an fp16 subnormal, by at most 2^-25), and O_id = sum_j P_ij V_jd: at most u of the row's scale
+    // sum_j P_ij |V_jd| (fa_oracle_magnitudes) per rounding, two with the float32 normalisation, plus the subnormals'
+    // absolute 2^-25 * Sk * max|V|.
     const double u = fa_dtype_unit_roundoff(dtype), subnormal = dtype == FA_DTYPE_FP16 ? 0x1p-25 * (double)s->Sk : 0.0;
     const double max_v = max_abs(in->v, fa_numel_kv(s));
-    const double bound_o = ref->scale.o > 0.0 ? (2.0 * u + subnormal) * max_v / ref->scale.o : 0.0;
+    const double bound_o = 2.0 * u + subnormal * max_v / min_row_scale(&ref->scale.o, dims_o, ref->heads);
     char label[48];
     snprintf(label, sizeof label, "%s reference%s", fa_dtype_name(dtype), s->causal ? " (causal)" : "");
-    fa_check check_o = fa_verify_results_scaled(label, "O", o, ref->o, dims_o, ref->heads, bound_o + ref->tol_forward,
-                                                ref->scale.o);
-    fa_check check_lse = fa_verify_results_scaled(label, "LSE", lse, ref->lse, dims_lse, ref->heads,
-                                                  ref->tol_forward, ref->scale.lse);
+    fa_check check_o = check_reference(label, "O", o, ref->o, dims_o, ref->heads, &ref->scale.o,
+                                       bound_o + ref->tol_forward);
+    fa_check check_lse = check_reference(label, "LSE", lse, ref->lse, dims_lse, ref->heads, &ref->scale.lse,
+                                         ref->tol_forward);
     fa_report_add_check(report, check_o);
     fa_report_add_check(report, check_lse);
 
     rule->dtype = dtype;
-    rule->ref_err_o = check_o.rel_err;
-    rule->ref_err_lse = check_lse.rel_err;
-    rule->tol_o = 2.0 * check_o.rel_err + ref->tol_forward;
-    rule->tol_lse = 2.0 * check_lse.rel_err + ref->tol_forward;
-    fa_report_add_note(report, "%s rule%s: pass at rel err <= 2 x the %s reference's + %.1e (float32): O %.2e, "
-                       "LSE %.2e", fa_dtype_name(dtype), s->causal ? " (causal)" : "", fa_dtype_name(dtype),
-                       ref->tol_forward, rule->tol_o, rule->tol_lse);
+    rule->head_o = head_rule(o, ref->o, dims_o, ref->heads, &ref->scale.o, 2.0, &rule->max_o);
+    rule->head_lse = head_rule(lse, ref->lse, dims_lse, ref->heads, &ref->scale.lse, 2.0, &rule->max_lse);
+    fa_report_add_note(report, "%s rule%s: pass at rel err <= 2 x the %s reference's in the same head + %.1e (float32) "
+                       "+ the row's logit part: at most O %.2e, LSE %.2e", fa_dtype_name(dtype),
+                       s->causal ? " (causal)" : "", fa_dtype_name(dtype), ref->tol_forward,
+                       rule->max_o + ref->tol_forward, rule->max_lse + ref->tol_forward);
     free(o);
     free(lse);
 }
@@ -503,37 +535,36 @@ void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const 
     fa_half_reference_backward(s, dtype, in->q, in->k, in->v, in->dout, ref->heads, dq, dk, dv);
 
     // A bound the reference's arithmetic keeps, so that a broken reference cannot loosen the rule. Each gradient is a
-    // float32 sum of rounded P or dS times an input; rounding moves each term by at most u times itself, and the
-    // oracle's scale of each gradient is the sum of those terms' sizes (fa_oracle_magnitudes): u of the scale per
-    // rounding, a few roundings (P or dS, and what feeds Delta). 8u leaves room; an fp16 subnormal P or dS adds at
-    // most 2^-25 times the other factor per term (n terms). The float32 tolerance covers the float32 sums.
+    // float32 sum of rounded P or dS times an input; rounding moves each term by at most u times itself, and each
+    // row's scale is the sum of those terms' sizes (fa_oracle_magnitudes): u of the scale per rounding, a few
+    // roundings (P or dS, and what feeds Delta). 8u leaves room; an fp16 subnormal P or dS adds at most 2^-25 times the
+    // other factor per term (n terms). The float32 tolerance covers the float32 sums.
     const double u = fa_dtype_unit_roundoff(dtype), subnormal = dtype == FA_DTYPE_FP16 ? 0x1p-25 : 0.0;
     const double max_q = max_abs(in->q, fa_numel_q(s)), max_k = max_abs(in->k, fa_numel_kv(s));
     const double max_do = max_abs(in->dout, fa_numel_q(s));
     // The subnormal terms of dQ (dS times K, Sk terms), dK (dS times Q, Sq terms) and dV (P times dO, Sq terms).
     const double sub[3] = {subnormal * (double)s->Sk * s->scale * max_k, subnormal * (double)s->Sq * s->scale * max_q,
                            subnormal * (double)s->Sq * max_do};
-    const double scale[3] = {ref->scale.dq, ref->scale.dk, ref->scale.dv};
-    double bound[3];
-    for (int x = 0; x < 3; x++) bound[x] = 8.0 * u + (scale[x] > 0.0 ? sub[x] / scale[x] : 0.0) + ref->tol_backward;
+    const fa_row_bounds *bounds[3] = {&ref->scale.dq, &ref->scale.dk, &ref->scale.dv};
+    const int64_t *dims[3] = {dims_q, dims_kv, dims_kv};
+    const char *names[3] = {"dQ", "dK", "dV"};
+    float *got[3] = {dq, dk, dv};
+    const double *want[3] = {ref->dq, ref->dk, ref->dv};
+    double **head[3] = {&rule->head_dq, &rule->head_dk, &rule->head_dv};
+    double *largest[3] = {&rule->max_dq, &rule->max_dk, &rule->max_dv};
     char label[64];
     snprintf(label, sizeof label, "%s backward ref%s", fa_dtype_name(dtype), s->causal ? " (causal)" : "");
-    fa_check check_dq = fa_verify_results_scaled(label, "dQ", dq, ref->dq, dims_q, ref->heads, bound[0], scale[0]);
-    fa_check check_dk = fa_verify_results_scaled(label, "dK", dk, ref->dk, dims_kv, ref->heads, bound[1], scale[1]);
-    fa_check check_dv = fa_verify_results_scaled(label, "dV", dv, ref->dv, dims_kv, ref->heads, bound[2], scale[2]);
-    fa_report_add_check(report, check_dq);
-    fa_report_add_check(report, check_dk);
-    fa_report_add_check(report, check_dv);
-
-    rule->ref_err_dq = check_dq.rel_err;
-    rule->ref_err_dk = check_dk.rel_err;
-    rule->ref_err_dv = check_dv.rel_err;
-    rule->tol_dq = 3.0 * check_dq.rel_err + ref->tol_backward;
-    rule->tol_dk = 3.0 * check_dk.rel_err + ref->tol_backward;
-    rule->tol_dv = 3.0 * check_dv.rel_err + ref->tol_backward;
-    fa_report_add_note(report, "%s backward rule%s: pass at rel err <= 3 x the %s reference's + %.1e (float32): "
-                       "dQ %.2e, dK %.2e, dV %.2e", fa_dtype_name(dtype), s->causal ? " (causal)" : "",
-                       fa_dtype_name(dtype), ref->tol_backward, rule->tol_dq, rule->tol_dk, rule->tol_dv);
+    for (int x = 0; x < 3; x++) {
+        const double bound = 8.0 * u + sub[x] / min_row_scale(bounds[x], dims[x], ref->heads) + ref->tol_backward;
+        fa_report_add_check(report, check_reference(label, names[x], got[x], want[x], dims[x], ref->heads, bounds[x],
+                                                    bound));
+        *head[x] = head_rule(got[x], want[x], dims[x], ref->heads, bounds[x], 3.0, largest[x]);
+    }
+    fa_report_add_note(report, "%s backward rule%s: pass at rel err <= 3 x the %s reference's in the same head + %.1e "
+                       "(float32) + the row's logit part: at most dQ %.2e, dK %.2e, dV %.2e", fa_dtype_name(dtype),
+                       s->causal ? " (causal)" : "", fa_dtype_name(dtype), ref->tol_backward,
+                       rule->max_dq + ref->tol_backward, rule->max_dk + ref->tol_backward,
+                       rule->max_dv + ref->tol_backward);
     free(dq);
     free(dk);
     free(dv);
@@ -543,8 +574,26 @@ void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, con
                              const fa_half_rule *rule, float *o_host, float *o_device, float *lse_host,
                              float *lse_device) {
     fa_forward_outputs(impl, shape, ref, o_host, o_device, lse_host, lse_device);
-    impl->outputs[0].tolerance = rule->tol_o;
-    if (impl->n_outputs > 1) impl->outputs[1].tolerance = rule->tol_lse;
+    impl->outputs[0].head_extra = rule->head_o;
+    if (impl->n_outputs > 1) impl->outputs[1].head_extra = rule->head_lse;
+}
+
+void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                              const fa_half_rule *rule, fa_grads host, fa_grads device) {
+    const double tol[3] = {ref->tol_backward, ref->tol_backward, ref->tol_backward};
+    fa_backward_outputs(impl, shape, ref, tol, host, device);
+    impl->outputs[0].head_extra = rule->head_dq;
+    impl->outputs[1].head_extra = rule->head_dk;
+    impl->outputs[2].head_extra = rule->head_dv;
+}
+
+void fa_free_half_rule(fa_half_rule *rule) {
+    free(rule->head_o);
+    free(rule->head_lse);
+    free(rule->head_dq);
+    free(rule->head_dk);
+    free(rule->head_dv);
+    memset(rule, 0, sizeof *rule);
 }
 
 #if FA_HAVE_CUDA

@@ -25,9 +25,9 @@ typedef struct {
     int heads_checked;
     double *o, *lse;            // forward
     double *dq, *dk, *dv;       // backward (NULL unless asked for)
-    double tol_forward;         // tolerances for these inputs (fa_tolerance_for_inputs)
-    double tol_backward;
-    fa_magnitudes scale;        // what each output's errors are measured against (fa_oracle_magnitudes)
+    double tol_forward;         // the float32 tolerances, FA_TOL_FORWARD and FA_TOL_BACKWARD (each row adds its
+    double tol_backward;        // logit part: scale.X.logit)
+    fa_magnitudes scale;        // what each output row's errors are measured against (fa_oracle_magnitudes)
 } fa_reference;
 
 // One output of an implementation and what it is checked against.
@@ -37,8 +37,8 @@ typedef struct {
     float *device;              // cuda runs: where the kernel writes it
     int64_t dims[4];            // (b, h, s, d) sizes; LSE is (B, H, Sq, 1)
     const double *want;         // the oracle's answer
-    double tolerance;
-    double scale;               // what its errors are measured against (fa_verify_results_scaled)
+    double tolerance;           // relative to each row's scale (fa_rule)
+    fa_row_bounds bounds;       // each row's scale and logit part (fa_oracle_magnitudes)
     // FlashAttention's rule (fa_check_against_reference), where a straightforward implementation of the same step
     // ran earlier in the report: the label of its check rows ("naive backward cpu") and the factor; NULL for none.
     const char *reference_label;
@@ -46,6 +46,8 @@ typedef struct {
     // The heads the oracle computed for this output, when they are not the reference's (NULL: ref->heads). With GQA
     // (phase 6), dK and dV have H_kv heads, and their mask is over those.
     const unsigned char *heads;
+    // Per head, added to the tolerance of its rows (the half-precision rules: fa_half_rule), or NULL.
+    const double *head_extra;
 } fa_output;
 
 // One implementation of one step: how to run it once, and what it writes.
@@ -89,7 +91,9 @@ typedef struct {
 void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref, const double tol[3],
                          fa_grads host, fa_grads device);
 
-// Runs the oracle on the heads --check-heads (or the time budget) selects; prints a line while it works.
+// Runs the oracle on the heads --check-heads (or the time budget) selects and prints a line saying so. Refuses the run
+// (one line, exit 2) when a checked row's inputs are outside the range the float32 check can judge
+// (fa_refuse_unjudgeable_rows).
 void fa_make_reference(const fa_options *opt, const fa_inputs *in, int backward, fa_reference *ref);
 void fa_free_reference(fa_reference *ref);
 // How many heads the oracle checks: --check-heads, or as many as its time budget allows at this cost per head.
@@ -97,12 +101,6 @@ int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head);
 // Marks `count` of the BH bytes of heads with 1, spread evenly over 0..BH-1, always the first and the last (all of
 // them when count >= BH); the others 0. fa_make_reference samples the heads it checks with it.
 void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count);
-
-// The tolerance of a check on these inputs: `base` (FA_TOL_FORWARD or FA_TOL_BACKWARD), raised when the logits are
-// large. A float32 dot product of D terms carries an error of about eps * sqrt(D) * scale * max|q| * max|k|, and an
-// error in a logit is a relative error of the same size in exp(logit): with --scale 20 the logits reach 100 and the
-// error grows with them, while the algorithm is still right. The factor 20 leaves a margin over that estimate.
-double fa_tolerance_for_inputs(const fa_shape *shape, const fa_inputs *in, double base);
 
 // Sets OpenMP's thread count for the CPU runs that follow.
 void fa_set_threads(int threads);
@@ -146,34 +144,39 @@ void fa_free_half_inputs(fa_half_inputs *half);
 
 // The half-precision check (DESIGN.md, "Precision"), FlashAttention's rule: a result passes when its error is at
 // most 2x the error of the straightforward implementation at the same precision (fa_half_reference_forward), run
-// on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward): the accumulation is float32
-// everywhere, so a float32-sized difference (tensor cores add in another order) is always allowed, and a reference
-// error of exactly zero cannot fail a correct result. Errors are relative to the oracle's scale of each output
-// (fa_oracle_magnitudes), like every check. The reference is itself checked, against the bound its arithmetic guarantees (rounding P costs at
-// most 2u * max|V| in O, u the dtype's unit roundoff; LSE is float32), so a broken reference cannot loosen the rule.
+// on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward and the row's logit part): the
+// accumulation is float32 everywhere, so a float32-sized difference (tensor cores add in another order) is always
+// allowed, and a reference error of exactly zero cannot fail a correct result. Errors are relative to each row's scale
+// (fa_oracle_magnitudes), like every check, and the reference's error is taken per head: a head is held to what the
+// reference does on that head, so that one large input elsewhere loosens nothing here. The reference is itself
+// checked, against the bound its arithmetic guarantees (rounding P costs at most 2u * max|V| in O, u the dtype's unit
+// roundoff; LSE is float32), so a broken reference cannot loosen the rule.
 typedef struct {
     int dtype;
-    double ref_err_o, ref_err_lse;   // the reference's relative errors against the oracle (fa_reference.scale)
-    double tol_o, tol_lse;           // 2 x those + the float32 tolerance
-    // The backward (fa_make_half_backward_rule): the reference backward's errors, and 3 x those + the float32
-    // backward tolerance.
-    double ref_err_dq, ref_err_dk, ref_err_dv;
-    double tol_dq, tol_dk, tol_dv;
+    // Per head (B*H): the factor (2 forward, 3 backward) times the reference's largest rel err in the head, what
+    // fa_output.head_extra adds to the float32 tolerance of the head's rows. The backward's are set by
+    // fa_make_half_backward_rule. Freed by fa_free_half_rule.
+    double *head_o, *head_lse, *head_dq, *head_dk, *head_dv;
+    // The largest of each over the heads (the note under the check block; tests).
+    double max_o, max_lse, max_dq, max_dk, max_dv;
 } fa_half_rule;
 // Runs the reference on the oracle's heads, adds its two rows ("fp16 reference", O and LSE) to the check block and
 // a note with the rule, and fills rule. opt->dtype must be fp16 or bf16.
 void fa_make_half_rule(fa_report *report, const fa_options *opt, const fa_inputs *in, const fa_reference *ref,
                        fa_half_rule *rule);
-// fa_forward_outputs, checked by the rule instead of the float32 tolerance.
+// fa_forward_outputs, checked by the rule instead of the float32 tolerance alone.
 void fa_half_forward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
                              const fa_half_rule *rule, float *o_host, float *o_device, float *lse_host,
                              float *lse_device);
 // The same rule for gradients (FlashAttention's factor 3): runs fa_half_reference_backward on the oracle's heads (the
 // inputs need dO), adds its three rows ("fp16 backward ref": dQ, dK, dV, each checked against the bound its
 // arithmetic keeps) and a note, and fills the backward fields of rule. Needs a reference made with the backward.
-// fa_backward_outputs then takes {rule.tol_dq, rule.tol_dk, rule.tol_dv} as its tolerances.
 void fa_make_half_backward_rule(fa_report *report, const fa_options *opt, const fa_inputs *in,
                                 const fa_reference *ref, fa_half_rule *rule);
+// fa_backward_outputs, checked by the backward rule.
+void fa_half_backward_outputs(fa_implementation *impl, const fa_shape *shape, const fa_reference *ref,
+                              const fa_half_rule *rule, fa_grads host, fa_grads device);
+void fa_free_half_rule(fa_half_rule *rule);
 #if FA_HAVE_CUDA
 typedef struct {
     void *q, *k, *v;                 // device copies of fa_half_inputs

@@ -2,6 +2,7 @@
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,75 +157,182 @@ void fa_oracle_backward(const fa_shape *s, const double *q, const double *k, con
     free(delta);
 }
 
+double fa_logit_error(double abs_terms, int64_t D) {
+    const double eps = 1.1920929e-7;   // float32 machine epsilon
+    // fmin: an infinite bound (an Inf input) stays finite, so that a key of weight 0 times it is still 0.
+    return expm1(fmin(FA_LOGIT_ERROR_FACTOR * eps * sqrt((double)D) * abs_terms, 700.0));
+}
+
+void fa_alloc_row_bounds(fa_row_bounds *b, const fa_shape *s, const unsigned char *heads, int64_t rows_per_head,
+                         const char *what) {
+    b->scale = fa_oracle_alloc_heads(s, heads, rows_per_head, what);
+    b->logit = fa_oracle_alloc_heads(s, heads, rows_per_head, what);
+    b->tiny = fa_oracle_alloc_heads(s, heads, rows_per_head, what);
+}
+
+void fa_set_row_bounds(fa_row_bounds *b, int64_t r, const double *scale_d, const double *logit_d,
+                       const double *factors_d, int64_t D) {
+    double scale = 0.0, logit = 0.0, factors = 0.0;
+    for (int64_t d = 0; d < D; d++) {   // fmax leaves a NaN out
+        scale = fmax(scale, scale_d[d]);
+        logit = fmax(logit, logit_d[d]);
+        factors = fmax(factors, factors_d[d]);
+    }
+    b->scale[r] = scale;
+    b->logit[r] = scale > 0.0 ? logit / scale : 0.0;
+    b->tiny[r] = FLT_MIN * factors;
+}
+
+void fa_free_magnitudes(fa_magnitudes *m) {
+    fa_row_bounds *all[5] = {&m->o, &m->lse, &m->dq, &m->dk, &m->dv};
+    for (int x = 0; x < 5; x++) {
+        free(all[x]->scale);
+        free(all[x]->logit);
+        free(all[x]->tiny);
+        all[x]->scale = all[x]->logit = all[x]->tiny = NULL;
+    }
+}
+
+void fa_refuse_unjudgeable_rows(const char *tensor, const fa_row_bounds *b, const int64_t dims[4],
+                                const unsigned char *heads) {
+    if (!b->logit) return;
+    const int64_t rows = dims[0] * dims[1] * dims[2];
+    for (int64_t r = 0; r < rows; r++) {
+        if (heads && !heads[r / dims[2]]) continue;
+        if (!(b->logit[r] > FA_LOGIT_LIMIT)) continue;   // (NaN: a NaN input, checked as such)
+        fa_die("the inputs are outside the range the float32 check can judge: in row (%lld,%lld,%lld) of %s the "
+               "logits are so large that their float32 rounding alone may move the result by %.2g of its size "
+               "(the check needs under %g); make the inputs or --scale smaller",
+               (long long)(r / dims[2] / dims[1]), (long long)(r / dims[2] % dims[1]), (long long)(r % dims[2]),
+               tensor, b->logit[r], FA_LOGIT_LIMIT);
+    }
+}
+
 void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, const double *v, const double *dout,
                           const double *o, const double *lse, const unsigned char *heads, fa_magnitudes *mag) {
     const int64_t D = s->D, BH = s->B * s->H;
-    double mag_o = 0.0, mag_lse = 0.0, mag_dq = 0.0, mag_dk = 0.0, mag_dv = 0.0;
-    // |Delta_i| = |dO_i . O_i| of every row, once: both passes below need it.
-    double *delta = dout ? fa_oracle_alloc_heads(s, heads, s->Sq, "oracle |Delta|") : NULL;
+    memset(mag, 0, sizeof *mag);
+    fa_alloc_row_bounds(&mag->o, s, heads, s->Sq, "oracle bounds of O");
+    fa_alloc_row_bounds(&mag->lse, s, heads, s->Sq, "oracle bounds of LSE");
+    // Per query row, for the backward: |Delta_i|, the row's weighted logit error g_i = sum_j p_ij g_ij, and G_i, what
+    // the logits' error may move Delta_i by (Delta_i = sum_j p_ij dP_ij).
+    double *delta = NULL, *g_row = NULL, *G_row = NULL;
+    if (dout) {
+        fa_alloc_row_bounds(&mag->dq, s, heads, s->Sq, "oracle bounds of dQ");
+        fa_alloc_row_bounds(&mag->dk, s, heads, s->Sk, "oracle bounds of dK");
+        fa_alloc_row_bounds(&mag->dv, s, heads, s->Sk, "oracle bounds of dV");
+        delta = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle |Delta|");
+        g_row = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle logit errors");
+        G_row = fa_oracle_alloc_heads(s, heads, s->Sq, "oracle logit errors");
+    }
     // Rows: O, LSE and dQ are sums over the keys of one query row.
-#pragma omp parallel if (worth_threads(s)) reduction(max : mag_o, mag_lse, mag_dq)
+#pragma omp parallel if (worth_threads(s))
     {
-        double *sum_o = fa_alloc_doubles(2 * D, "oracle magnitudes"), *sum_dq = sum_o + D;
+        double *p = fa_alloc_doubles(3 * s->Sk + 6 * D, "oracle magnitudes");
+        double *g = p + s->Sk, *dp = g + s->Sk;
+        double *sum_o = dp + s->Sk, *logit_o = sum_o + D, *sum_dq = logit_o + D, *logit_dq = sum_dq + D;
+        double *factors_o = logit_dq + D, *factors_dq = factors_o + D;   // the sizes of the factors beside P and dS
 #pragma omp for collapse(2) schedule(dynamic, 16)
         for (int64_t bh = 0; bh < BH; bh++) {
             for (int64_t i = 0; i < s->Sq; i++) {
                 if (heads && !heads[bh]) continue;
-                const int64_t row = bh * s->Sq + i;
+                const int64_t row = bh * s->Sq + i, n = visible_keys(s, i);
                 const double *q_row = q + row * D, *k_head = k + bh * s->Sk * D, *v_head = v + bh * s->Sk * D;
-                if (delta) delta[row] = fabs(dot(dout + row * D, o + row * D, D));
-                double max_score = -INFINITY;
-                for (int64_t d = 0; d < D; d++) sum_o[d] = sum_dq[d] = 0.0;
-                for (int64_t j = 0; j < visible_keys(s, i); j++) {
-                    const double score = s->scale * dot(q_row, k_head + j * D, D);
-                    const double p = exp(score - lse[row]);
-                    if (score > max_score) max_score = score;
-                    const double ds_terms =
-                        delta ? p * (fabs(dot(dout + row * D, v_head + j * D, D)) + delta[row]) : 0.0;
+                double max_score = -INFINITY, g_mean = 0.0, pg_dp = 0.0, p_dp = 0.0;
+                for (int64_t d = 0; d < D; d++)
+                    sum_o[d] = logit_o[d] = sum_dq[d] = logit_dq[d] = factors_o[d] = factors_dq[d] = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    const double *k_row = k_head + j * D;
+                    double score = 0.0, abs_terms = 0.0;
                     for (int64_t d = 0; d < D; d++) {
-                        sum_o[d] += p * fabs(v_head[j * D + d]);
-                        sum_dq[d] += s->scale * ds_terms * fabs(k_head[j * D + d]);
+                        score += q_row[d] * k_row[d];
+                        abs_terms += fabs(q_row[d] * k_row[d]);
+                    }
+                    score *= s->scale;
+                    if (score > max_score) max_score = score;
+                    p[j] = exp(score - lse[row]);
+                    g[j] = fa_logit_error(s->scale * abs_terms, D);
+                    g_mean += p[j] * g[j];
+                    for (int64_t d = 0; d < D; d++) {
+                        sum_o[d] += p[j] * fabs(v_head[j * D + d]);
+                        logit_o[d] += p[j] * g[j] * fabs(v_head[j * D + d]);
+                        factors_o[d] += fabs(v_head[j * D + d]);
+                    }
+                    if (dout) {
+                        dp[j] = fabs(dot(dout + row * D, v_head + j * D, D));
+                        pg_dp += p[j] * g[j] * dp[j];
+                        p_dp += p[j] * dp[j];
                     }
                 }
-                for (int64_t d = 0; d < D; d++) {
-                    mag_o = fmax(mag_o, sum_o[d]);
-                    mag_dq = fmax(mag_dq, sum_dq[d]);
+                for (int64_t d = 0; d < D; d++) logit_o[d] += g_mean * sum_o[d];
+                fa_set_row_bounds(&mag->o, row, sum_o, logit_o, factors_o, D);
+                // LSE_i moves by sum_j p_ij delta_ij to first order.
+                const double lse_scale = n > 0 ? fabs(max_score) + (lse[row] - max_score) : 0.0;
+                const double no_factors = 0.0;   // LSE sums no underflowing products
+                fa_set_row_bounds(&mag->lse, row, &lse_scale, &g_mean, &no_factors, 1);
+                if (!dout) continue;
+                delta[row] = fabs(dot(dout + row * D, o + row * D, D));
+                g_row[row] = g_mean;
+                G_row[row] = pg_dp + g_mean * p_dp;
+                for (int64_t j = 0; j < n; j++) {
+                    // dS_ij = p_ij (dP_ij - Delta_i): its terms, and what the logits' error moves it by.
+                    const double ds_terms = p[j] * (dp[j] + delta[row]);
+                    const double ds_logit = p[j] * ((g[j] + g_mean) * (dp[j] + delta[row]) + G_row[row]);
+                    for (int64_t d = 0; d < D; d++) {
+                        sum_dq[d] += s->scale * ds_terms * fabs(k_head[j * D + d]);
+                        logit_dq[d] += s->scale * ds_logit * fabs(k_head[j * D + d]);
+                        // dS_ij underflows, and so does P_ij inside it: FLT_MIN times (1 + its factors).
+                        factors_dq[d] += s->scale * (1.0 + dp[j] + delta[row]) * fabs(k_head[j * D + d]);
+                    }
                 }
-                if (visible_keys(s, i) > 0) mag_lse = fmax(mag_lse, fabs(max_score) + (lse[row] - max_score));
+                fa_set_row_bounds(&mag->dq, row, sum_dq, logit_dq, factors_dq, D);
             }
         }
-        free(sum_o);
+        free(p);
     }
     // Columns: dK and dV are sums over the query rows that see one key.
     if (dout) {
-#pragma omp parallel if (worth_threads(s)) reduction(max : mag_dk, mag_dv)
+#pragma omp parallel if (worth_threads(s))
         {
-            double *sum_dk = fa_alloc_doubles(2 * D, "oracle magnitudes"), *sum_dv = sum_dk + D;
+            double *sum_dk = fa_alloc_doubles(6 * D, "oracle magnitudes");
+            double *logit_dk = sum_dk + D, *sum_dv = logit_dk + D, *logit_dv = sum_dv + D;
+            double *factors_dk = logit_dv + D, *factors_dv = factors_dk + D;
 #pragma omp for collapse(2) schedule(dynamic, 16)
             for (int64_t bh = 0; bh < BH; bh++) {
                 for (int64_t j = 0; j < s->Sk; j++) {
                     if (heads && !heads[bh]) continue;
                     const double *k_row = k + (bh * s->Sk + j) * D, *v_row = v + (bh * s->Sk + j) * D;
-                    for (int64_t d = 0; d < D; d++) sum_dk[d] = sum_dv[d] = 0.0;
+                    for (int64_t d = 0; d < D; d++)
+                        sum_dk[d] = logit_dk[d] = sum_dv[d] = logit_dv[d] = factors_dk[d] = factors_dv[d] = 0.0;
                     for (int64_t i = s->causal ? j : 0; i < s->Sq; i++) {
                         const int64_t row = bh * s->Sq + i;
                         const double *q_row = q + row * D, *do_row = dout + row * D;
-                        const double p = exp(s->scale * dot(q_row, k_row, D) - lse[row]);
-                        const double ds_terms = p * (fabs(dot(do_row, v_row, D)) + delta[row]);
+                        double score = 0.0, abs_terms = 0.0;
+                        for (int64_t d = 0; d < D; d++) {
+                            score += q_row[d] * k_row[d];
+                            abs_terms += fabs(q_row[d] * k_row[d]);
+                        }
+                        const double p = exp(s->scale * score - lse[row]);
+                        const double g = fa_logit_error(s->scale * abs_terms, D), dp = fabs(dot(do_row, v_row, D));
+                        const double ds_terms = p * (dp + delta[row]);
+                        const double ds_logit = p * ((g + g_row[row]) * (dp + delta[row]) + G_row[row]);
                         for (int64_t d = 0; d < D; d++) {
                             sum_dv[d] += p * fabs(do_row[d]);
+                            logit_dv[d] += p * (g + g_row[row]) * fabs(do_row[d]);
                             sum_dk[d] += s->scale * ds_terms * fabs(q_row[d]);
+                            logit_dk[d] += s->scale * ds_logit * fabs(q_row[d]);
+                            factors_dv[d] += fabs(do_row[d]);
+                            factors_dk[d] += s->scale * (1.0 + dp + delta[row]) * fabs(q_row[d]);
                         }
                     }
-                    for (int64_t d = 0; d < D; d++) {
-                        mag_dk = fmax(mag_dk, sum_dk[d]);
-                        mag_dv = fmax(mag_dv, sum_dv[d]);
-                    }
+                    fa_set_row_bounds(&mag->dk, bh * s->Sk + j, sum_dk, logit_dk, factors_dk, D);
+                    fa_set_row_bounds(&mag->dv, bh * s->Sk + j, sum_dv, logit_dv, factors_dv, D);
                 }
             }
             free(sum_dk);
         }
     }
     free(delta);
-    *mag = (fa_magnitudes){mag_o, mag_lse, mag_dq, mag_dk, mag_dv};
+    free(g_row);
+    free(G_row);
 }

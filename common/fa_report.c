@@ -177,7 +177,7 @@ static void print_checks(const fa_report *r) {
         else snprintf(result, sizeof result, "%s", c->pass ? "PASS" : "FAIL");
         // FlashAttention's rule, where a straightforward implementation ran beside: its error times the factor.
         char vs_ref[24] = "";
-        if (c->ref_err > 0.0) snprintf(vs_ref, sizeof vs_ref, "%.2fx<=%gx", c->max_abs_err / c->ref_err, c->ref_factor);
+        if (c->ref_err > 0.0) snprintf(vs_ref, sizeof vs_ref, "%.2fx<=%gx", c->max_rel_err / c->ref_err, c->ref_factor);
         else if (c->ref_err == 0.0) snprintf(vs_ref, sizeof vs_ref, "ref exact");
         printf("  %-28s %-6s %12.3e %10.3e %9.1e  %-12s %-22s %s\n", c->label, c->tensor, c->max_abs_err, c->rel_err,
                c->tolerance, vs_ref, where, result);

@@ -277,8 +277,7 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
         } else {
             impl.extra_bytes_per_thread = flash_backward_tc_cpu_workspace_bytes(s->D, block_m, block_n);
         }
-        const double tol[3] = {rule->tol_dq, rule->tol_dk, rule->tol_dv};   // fa_make_half_backward_rule's
-        fa_backward_outputs(&impl, s, ref, tol, host, device);
+        fa_half_backward_outputs(&impl, s, ref, rule, host, device);
         fa_check_and_time(report, opt, ref, &impl);
     }
 }
@@ -422,6 +421,7 @@ int main(int argc, char **argv) {
     free(host.dv);
     free(delta);
     fa_free_reference(&ref);
+    fa_free_half_rule(&rule);
     if (opt.dtype != FA_DTYPE_FP32) fa_free_half_inputs(&half);
     fa_free_inputs(&in);
     return status;

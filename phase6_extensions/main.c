@@ -450,16 +450,9 @@ static void make_reference(const fa_options *opt, const ext_options *e, const fa
         ref->heads[bh] = kv_heads[bh / s->H * e->H_kv + bh % s->H / group];
         ref->heads_checked += ref->heads[bh];
     }
-    // fa_tolerance_for_inputs reads the numel_q elements of Q and the numel_kv of K that its shape gives; with GQA,
-    // K has H_kv heads: this shape has K's heads and the same number of Q elements (H / H_kv times the rows).
-    fa_shape tol_shape = *s;
-    tol_shape.H = e->H_kv;
-    tol_shape.Sq = s->Sq * group;
-    ref->tol_forward = fa_tolerance_for_inputs(&tol_shape, in, FA_TOL_FORWARD);
-    ref->tol_backward = fmax(FA_TOL_BACKWARD, ref->tol_forward);   // as fa_make_reference sets it
+    ref->tol_forward = FA_TOL_FORWARD;   // each row adds its logit part (fa_oracle.h)
+    ref->tol_backward = FA_TOL_BACKWARD;
 
-    fprintf(stderr, "oracle: float64 reference for %d of %lld heads...", ref->heads_checked, (long long)BH);
-    fflush(stderr);
     fa_set_threads(opt->threads);
     fa_shape kv_shape = *s;
     kv_shape.H = e->H_kv;
@@ -478,10 +471,21 @@ static void make_reference(const fa_options *opt, const ext_options *e, const fa
                             &ref->scale);
         free(dout);
     }
-    fprintf(stderr, " done\n");
     free(q);
     free(k);
     free(v);
+    int64_t dims_q[4], dims_lse[4], dims_kv[4];   // refuses inputs no float32 check can judge, before any output
+    fa_dims_q(s, dims_q);
+    fa_dims_lse(s, dims_lse);
+    fa_dims_kv(&kv_shape, dims_kv);
+    fa_refuse_unjudgeable_rows("O", &ref->scale.o, dims_q, ref->heads);
+    fa_refuse_unjudgeable_rows("LSE", &ref->scale.lse, dims_lse, ref->heads);
+    if (backward) {
+        fa_refuse_unjudgeable_rows("dQ", &ref->scale.dq, dims_q, ref->heads);
+        fa_refuse_unjudgeable_rows("dK", &ref->scale.dk, dims_kv, kv_heads);
+        fa_refuse_unjudgeable_rows("dV", &ref->scale.dv, dims_kv, kv_heads);
+    }
+    fprintf(stderr, "oracle: float64 reference for %d of %lld heads, done\n", ref->heads_checked, (long long)BH);
     *kv_heads_out = kv_heads;
 }
 
@@ -501,14 +505,8 @@ static void make_reference_varlen(const fa_options *opt, const ext_flags *f, con
     ref->heads_checked = (int)(s->B * s->H);
     fa_report_add_note(report, "varlen: the oracle checks %lld of %lld query tokens, every head of each",
                        (long long)(count < total ? count : total), (long long)total);
-    // fa_tolerance_for_inputs reads numel_q and numel_kv elements through its shape: one "sequence" of all tokens.
-    fa_shape tol_shape = *s;
-    tol_shape.B = 1;
-    ref->tol_forward = fa_tolerance_for_inputs(&tol_shape, in, FA_TOL_FORWARD);
+    ref->tol_forward = FA_TOL_FORWARD;   // each row adds its logit part (fa_oracle.h)
 
-    fprintf(stderr, "oracle: float64 reference for %lld of %lld query tokens...",
-            (long long)(count < total ? count : total), (long long)total);
-    fflush(stderr);
     fa_set_threads(opt->threads);
     fa_shape token_shape = *s;   // the oracle's arrays as [total "heads", H * D] and [total, H]
     token_shape.B = 1;
@@ -518,7 +516,11 @@ static void make_reference_varlen(const fa_options *opt, const ext_flags *f, con
     ref->o = fa_oracle_alloc_heads(&token_shape, ref->heads, s->H * s->D, "oracle O");
     ref->lse = fa_oracle_alloc_heads(&token_shape, ref->heads, s->H, "oracle LSE");
     ext_oracle_varlen(s, f->cu_seqlens, q, k, v, ref->heads, ref->o, ref->lse, &ref->scale);
-    fprintf(stderr, " done\n");
+    const int64_t dims_o[4] = {1, total, s->H, s->D}, dims_lse[4] = {1, total, s->H, 1};
+    fa_refuse_unjudgeable_rows("O", &ref->scale.o, dims_o, ref->heads);
+    fa_refuse_unjudgeable_rows("LSE", &ref->scale.lse, dims_lse, ref->heads);
+    fprintf(stderr, "oracle: float64 reference for %lld of %lld query tokens, done\n",
+            (long long)(count < total ? count : total), (long long)total);
     free(q);
     free(k);
     free(v);
@@ -593,9 +595,9 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
     } else if (kind == ROW_VARLEN) {   // packed O [total, H, D] and LSE [total, H] (make_reference_varlen)
         impl.n_outputs = 2;
         impl.outputs[0] = (fa_output){"O", dev->o_host, dev->is_cuda ? dev->o : NULL, {1, s->Sq, s->H, s->D},
-                                      ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL};
+                                      ref->o, ref->tol_forward, ref->scale.o, NULL, 0.0, NULL, NULL};
         impl.outputs[1] = (fa_output){"LSE", dev->lse_host, dev->is_cuda ? dev->lse : NULL, {1, s->Sq, s->H, 1},
-                                      ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0, NULL};
+                                      ref->lse, ref->tol_forward, ref->scale.lse, NULL, 0.0, NULL, NULL};
     } else {
         fa_forward_outputs(&impl, s, ref, dev->o_host, dev->is_cuda ? dev->o : NULL, dev->lse_host,
                            dev->is_cuda ? dev->lse : NULL);

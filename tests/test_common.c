@@ -101,26 +101,21 @@ static void test_verify_zero_tensor(void) {
     fa_fill_random(got, n, 3, 1, 3e-6f);          // errors well above the floor, so that the factor decides
     fa_check result = fa_verify_results_scaled("flash", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD, terms);
     fa_check reference = result;
-    reference.max_abs_err = result.max_abs_err / 3.0;
-    fa_check ruled = result;
-    fa_check_against_reference(&ruled, &reference, 3.0);
-    EXPECT(ruled.pass && ruled.ref_err == reference.max_abs_err);
-    reference.max_abs_err = result.max_abs_err / 3.5;
-    ruled = result;
-    fa_check_against_reference(&ruled, &reference, 3.0);
-    EXPECT(!ruled.pass);
+    fa_rule rule = {.tolerance = FA_TOL_BACKWARD, .uniform_scale = terms, .reference = &reference,
+                    .reference_factor = 3.0};
+    reference.max_rel_err = result.max_rel_err / 3.0 * 1.01;
+    fa_check ruled = fa_verify_rows("flash", "dQ", got, want, dims, NULL, &rule);
+    EXPECT(ruled.pass && ruled.ref_err == reference.max_rel_err);
+    reference.max_rel_err = result.max_rel_err / 3.5;
+    EXPECT(!fa_verify_rows("flash", "dQ", got, want, dims, NULL, &rule).pass);
     reference.pass = 0;
-    reference.max_abs_err = result.max_abs_err;
-    ruled = result;
-    fa_check_against_reference(&ruled, &reference, 3.0);
-    EXPECT(!ruled.pass);
+    reference.max_rel_err = result.max_rel_err;
+    EXPECT(!fa_verify_rows("flash", "dQ", got, want, dims, NULL, &rule).pass);
     reference.pass = 1;
-    reference.max_abs_err = 0.0;
+    reference.max_rel_err = 0.0;
     for (int64_t i = 0; i < n; i++) got[i] = 0.0f;
     got[5] = (float)(0.5 * FA_REFERENCE_FLOOR * terms);
-    ruled = fa_verify_results_scaled("one rounding", "dQ", got, want, dims, NULL, FA_TOL_BACKWARD, terms);
-    fa_check_against_reference(&ruled, &reference, 3.0);
-    EXPECT(ruled.pass);
+    EXPECT(fa_verify_rows("one rounding", "dQ", got, want, dims, NULL, &rule).pass);
     free(got);
     free(want);
 }

@@ -37,6 +37,7 @@ typedef struct {
     fa_reference ref;
     fa_half_inputs half;
     fa_half_rule rule;
+    fa_rule rule_dq, rule_dk, rule_dv;   // the rule as fa_verify_rows takes it
     fa_strides qs, ks;
 } problem;
 
@@ -51,7 +52,11 @@ static void make_problem(problem *p, const char *dtype, const char *D, int causa
     // The reference's own rows pass their bound, and the rule is 3 x their error plus the float32 tolerance.
     EXPECT_MSG(p->report.n_checks == 3 && p->report.checks[0].pass && p->report.checks[1].pass &&
            p->report.checks[2].pass, "the half reference backward fails its own bound");
-    EXPECT_MSG(p->rule.ref_err_dq > 0.0 && p->rule.tol_dq > 3.0 * p->rule.ref_err_dq, "the rule for dQ is not set");
+    EXPECT_MSG(p->rule.max_dq > 0.0 && p->rule.head_dq, "the rule for dQ is not set");
+    const double tol = p->ref.tol_backward;
+    p->rule_dq = (fa_rule){.tolerance = tol, .bounds = p->ref.scale.dq, .head_extra = p->rule.head_dq};
+    p->rule_dk = (fa_rule){.tolerance = tol, .bounds = p->ref.scale.dk, .head_extra = p->rule.head_dk};
+    p->rule_dv = (fa_rule){.tolerance = tol, .bounds = p->ref.scale.dv, .head_extra = p->rule.head_dv};
     fa_make_half_inputs(&p->opt, &p->in, &p->half);
     p->qs = fa_strides_contiguous(p->opt.shape.H, p->opt.shape.Sq, p->opt.shape.D);
     p->ks = fa_strides_contiguous(p->opt.shape.H, p->opt.shape.Sk, p->opt.shape.D);
@@ -59,6 +64,7 @@ static void make_problem(problem *p, const char *dtype, const char *D, int causa
 
 static void free_problem(problem *p) {
     fa_free_half_inputs(&p->half);
+    fa_free_half_rule(&p->rule);
     fa_free_reference(&p->ref);
     fa_free_inputs(&p->in);
 }
@@ -69,14 +75,12 @@ static int passes_rule(const problem *p, const fa_grads *g, const char *what, in
     int64_t dims_q[4], dims_kv[4];
     fa_dims_q(s, dims_q);
     fa_dims_kv(s, dims_kv);
-    const fa_check c[3] = {
-        fa_verify_results_scaled(what, "dQ", g->dq, p->ref.dq, dims_q, p->ref.heads, p->rule.tol_dq, p->ref.scale.dq),
-        fa_verify_results_scaled(what, "dK", g->dk, p->ref.dk, dims_kv, p->ref.heads, p->rule.tol_dk, p->ref.scale.dk),
-        fa_verify_results_scaled(what, "dV", g->dv, p->ref.dv, dims_kv, p->ref.heads, p->rule.tol_dv,
-                                 p->ref.scale.dv)};
+    const fa_check c[3] = {fa_verify_rows(what, "dQ", g->dq, p->ref.dq, dims_q, p->ref.heads, &p->rule_dq),
+                           fa_verify_rows(what, "dK", g->dk, p->ref.dk, dims_kv, p->ref.heads, &p->rule_dk),
+                           fa_verify_rows(what, "dV", g->dv, p->ref.dv, dims_kv, p->ref.heads, &p->rule_dv)};
     if (!quiet)
         printf("  %-40s dQ %.2e (tol %.2e)  dK %.2e (tol %.2e)  dV %.2e (tol %.2e)\n", what, c[0].rel_err,
-               p->rule.tol_dq, c[1].rel_err, p->rule.tol_dk, c[2].rel_err, p->rule.tol_dv);
+               c[0].tolerance, c[1].rel_err, c[1].tolerance, c[2].rel_err, c[2].tolerance);
     return c[0].pass && c[1].pass && c[2].pass;
 }
 
@@ -113,7 +117,9 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     // One element of dK moved by 1.01 x the allowed error fails the rule.
     const int64_t at = fa_numel_kv(s) - 3;
     const float saved = det1.dk[at];
-    det1.dk[at] = (float)(p.ref.dk[at] + (p.ref.dk[at] > 0 ? -1.01 : 1.01) * p.rule.tol_dk * p.ref.scale.dk);
+    const int64_t row = at / s->D;
+    det1.dk[at] = (float)(p.ref.dk[at] + (p.ref.dk[at] > 0 ? -1.01 : 1.01) * fa_row_tolerance(&p.rule_dk, row, s->Sk) *
+                                             p.ref.scale.dk.scale[row]);
     EXPECT_MSG(!passes_rule(&p, &det1, "planted", 1), "%s D=%s: a planted dK element passes", dtype, D);
     det1.dk[at] = saved;
 
