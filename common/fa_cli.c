@@ -2,9 +2,11 @@
 #include "fa_cli.h"
 #include "fa_half.h"
 #include "fa_npy.h"
+#include "fa_save.h"
 #include "fa_tensor.h"
 
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <omp.h>
@@ -35,9 +37,12 @@ static const struct option LONG_OPTIONS[] = {
     {0, 0, 0, 0}};
 
 // --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
-// size also given as a flag must agree with the files (the flag's value is the one -1 marks as not given).
+// size also given as a flag must agree with the files (0 marks a size not given; a given one is at least 1).
 static void take_size(const char *flag, int64_t *given, int64_t from_file, const char *file, const char *dir) {
-    if (*given != -1 && *given != from_file)
+    if (from_file < 1 || from_file > FA_MAX_DIM)
+        fa_die("%s/%s: its size for %s is %lld; sizes must be between 1 and %lld", dir, file, flag,
+               (long long)from_file, (long long)FA_MAX_DIM);
+    if (*given != 0 && *given != from_file)
         fa_die("%s %lld contradicts %s/%s, which holds %lld", flag, (long long)*given, dir, file, (long long)from_file);
     *given = from_file;
 }
@@ -104,15 +109,34 @@ static void print_help(const fa_cli_spec *spec) {
     printf("\nExit status: 0 all checks passed, 1 a check failed, 2 bad input, 3 GPU error, 77 GPU asked for but absent.\n");
 }
 
-static int64_t parse_int(const char *flag, const char *text, int64_t lo, int64_t hi) {
+int64_t fa_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi) {
     errno = 0;
     char *end;
-    long long value = strtoll(text, &end, 10);
-    if (errno || end == text || *end != '\0')
-        fa_die("%s expects an integer, got '%s'", flag, text);
-    if (value < lo || value > hi)
-        fa_die("%s must be between %lld and %lld (got %lld)", flag, (long long)lo, (long long)hi, value);
+    const long long value = strtoll(text, &end, 10);
+    if (end == text || *end != '\0') fa_die("%s expects an integer, got '%s'", flag, text);
+    // Too long for 64 bits (ERANGE) is out of range like any other value past the limits: one message for both.
+    if (errno == ERANGE || value < lo || value > hi)
+        fa_die("%s must be between %lld and %lld (got %s)", flag, (long long)lo, (long long)hi, text);
     return value;
+}
+
+float fa_parse_float32(const char *flag, const char *text, double lo, int lo_open, double hi, int hi_open) {
+    errno = 0;
+    char *end;
+    const double value = strtod(text, &end);
+    if (end == text || *end != '\0' || isnan(value)) fa_die("%s expects a number, got '%s'", flag, text);
+    const int below = lo_open ? !(value > lo) : !(value >= lo), above = hi_open ? !(value < hi) : !(value <= hi);
+    if (below || above)
+        fa_die("%s must be %s %g and %s %g (got %s)", flag, lo_open ? "above" : "at least", lo,
+               hi_open ? "below" : "at most", hi, text);
+    // What the run computes with is the float32: it must still be the number the user meant.
+    const float f = (float)value;
+    if (!isfinite(f)) fa_die("%s %s is too large for float32 (at most %g)", flag, text, (double)FLT_MAX);
+    if (f == 0.0f && value != 0.0)
+        fa_die("%s %s becomes 0 in float32 (the smallest is %g)", flag, text, (double)FLT_TRUE_MIN);
+    if ((double)f > hi || (hi_open && (double)f >= hi) || (double)f < lo || (lo_open && (double)f <= lo))
+        fa_die("%s %s rounds to %.9g in float32, outside the range", flag, text, (double)f);
+    return f;
 }
 
 // --dtype: only binaries whose spec says so take it; the others compute in float32 only.
@@ -142,38 +166,31 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
     opt->dq_mode = FA_DQ_BOTH;
     opt->argc = argc;
     opt->argv = argv;
-    double scale = 0.0;
-    int64_t B = -1, H = -1, Sq = -1, Sk = -1, D = -1;   // -1: not given on the command line
-    const int64_t BIG = INT64_C(1) << 40;   // larger sizes are refused by fa_shape_validate with a clearer message
+    float scale = 0.0f;                                 // 0: not given (1/sqrt(D))
+    int64_t B = 0, H = 0, Sq = 0, Sk = 0, D = 0;        // 0: not given on the command line (a given size is >= 1)
 
     opterr = 0;   // we print our own one-line errors
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, ":", LONG_OPTIONS, NULL)) != -1) {
         switch (c) {
-        case OPT_B: B = parse_int("--B", optarg, INT64_MIN, BIG); break;
-        case OPT_H: H = parse_int("--H", optarg, INT64_MIN, BIG); break;
-        case OPT_SQ: Sq = parse_int("--Sq", optarg, INT64_MIN, BIG); break;
-        case OPT_SK: Sk = parse_int("--Sk", optarg, INT64_MIN, BIG); break;
-        case OPT_S: Sq = Sk = parse_int("--S", optarg, INT64_MIN, BIG); break;
-        case OPT_D: D = parse_int("--D", optarg, INT64_MIN, BIG); break;
+        // Sizes are checked as typed: 1 .. FA_MAX_DIM each (fa_shape_validate then checks their products).
+        case OPT_B: B = fa_parse_int("--B", optarg, 1, FA_MAX_DIM); break;
+        case OPT_H: H = fa_parse_int("--H", optarg, 1, FA_MAX_DIM); break;
+        case OPT_SQ: Sq = fa_parse_int("--Sq", optarg, 1, FA_MAX_DIM); break;
+        case OPT_SK: Sk = fa_parse_int("--Sk", optarg, 1, FA_MAX_DIM); break;
+        case OPT_S: Sq = Sk = fa_parse_int("--S", optarg, 1, FA_MAX_DIM); break;
+        case OPT_D: D = fa_parse_int("--D", optarg, 1, FA_MAX_DIM); break;
         case OPT_CAUSAL:
             if (spec->two_d) fa_die("--causal is not part of %s (phase 3 adds it)", spec->program);
             opt->shape.causal = 1;
             break;
-        case OPT_SCALE: {
-            char *end;
-            errno = 0;
-            scale = strtod(optarg, &end);
-            if (errno || end == optarg || *end != '\0' || !isfinite(scale) || scale <= 0.0)
-                fa_die("--scale expects a positive number, got '%s'", optarg);
-            break;
-        }
+        case OPT_SCALE: scale = fa_parse_float32("--scale", optarg, 0.0, 1, INFINITY, 1); break;
         case OPT_BLOCK_M:
         case OPT_BLOCK_N:
             if (spec->default_block_m == 0) fa_die("%s has no tiles: --block-m/--block-n do not apply", spec->program);
-            if (c == OPT_BLOCK_M) opt->block_m = (int)parse_int("--block-m", optarg, 1, 4096);
-            else opt->block_n = (int)parse_int("--block-n", optarg, 1, 4096);
+            if (c == OPT_BLOCK_M) opt->block_m = (int)fa_parse_int("--block-m", optarg, 1, 4096);
+            else opt->block_n = (int)fa_parse_int("--block-n", optarg, 1, 4096);
             break;
         case OPT_IMPL:
             if (strcmp(optarg, "cpu") == 0) opt->impl = FA_IMPL_CPU;
@@ -181,17 +198,19 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
             else if (strcmp(optarg, "all") == 0) opt->impl = FA_IMPL_ALL;
             else fa_die("--impl expects cpu, cuda or all, got '%s'", optarg);
             break;
-        case OPT_THREADS: opt->threads = (int)parse_int("--threads", optarg, 1, 4096); break;
-        case OPT_SEED: opt->seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX); break;
-        case OPT_WARMUP: opt->warmup = (int)parse_int("--warmup", optarg, 0, 100000); break;
-        case OPT_ITERS: opt->iters = (int)parse_int("--iters", optarg, 0, 100000); break;
-        case OPT_CHECK_HEADS: opt->check_heads = (int)parse_int("--check-heads", optarg, 0, INT32_MAX); break;
+        case OPT_THREADS: opt->threads = (int)fa_parse_int("--threads", optarg, 1, 4096); break;
+        case OPT_SEED: opt->seed = (uint64_t)fa_parse_int("--seed", optarg, 0, INT64_MAX); break;
+        case OPT_WARMUP: opt->warmup = (int)fa_parse_int("--warmup", optarg, 0, 100000); break;
+        case OPT_ITERS: opt->iters = (int)fa_parse_int("--iters", optarg, 0, 100000); break;
+        case OPT_CHECK_HEADS:   // given: at least one head (0 means not given: the time budget decides)
+            opt->check_heads = (int)fa_parse_int("--check-heads", optarg, 1, INT32_MAX);
+            break;
         case OPT_SAVE: opt->save_dir = optarg; break;
         case OPT_LOAD: opt->load_dir = optarg; break;
         case OPT_CSV: opt->csv = optarg; break;
         case OPT_STEP:
             if (spec->max_step == 0) fa_die("%s has no steps: --step does not apply", spec->program);
-            opt->step = strcmp(optarg, "all") == 0 ? 0 : (int)parse_int("--step", optarg, 1, spec->max_step);
+            opt->step = strcmp(optarg, "all") == 0 ? 0 : (int)fa_parse_int("--step", optarg, 1, spec->max_step);
             break;
         case OPT_DQ:
             if (!spec->has_dq_mode) fa_die("--dq applies to the backward pass (phase 4) only");
@@ -213,18 +232,18 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
     if (optind < argc) fa_die("unexpected argument '%s' (see --help)", argv[optind]);
 
     if (opt->load_dir) shape_from_files(opt->load_dir, &B, &H, &Sq, &Sk, &D);
-    if (spec->two_d && (B != -1 && B != 1)) fa_die("%s works on one [N, d] head: --B must be 1", spec->program);
-    if (spec->two_d && (H != -1 && H != 1)) fa_die("%s works on one [N, d] head: --H must be 1", spec->program);
-    if (B != -1) opt->shape.B = B;
-    if (H != -1) opt->shape.H = H;
-    if (Sq != -1) opt->shape.Sq = Sq;
-    if (Sk != -1) opt->shape.Sk = Sk;
-    if (D != -1) opt->shape.D = D;
+    if (spec->two_d && B != 0 && B != 1) fa_die("%s works on one [N, d] head: --B must be 1", spec->program);
+    if (spec->two_d && H != 0 && H != 1) fa_die("%s works on one [N, d] head: --H must be 1", spec->program);
+    if (B) opt->shape.B = B;
+    if (H) opt->shape.H = H;
+    if (Sq) opt->shape.Sq = Sq;
+    if (Sk) opt->shape.Sk = Sk;
+    if (D) opt->shape.D = D;
     // Validate the sizes before using D for the default scale.
     opt->shape.scale = 1.0f;
     char err[256];
     if (fa_shape_validate(&opt->shape, err, sizeof err) != 0) fa_die("%s", err);
-    opt->shape.scale = scale > 0.0 ? (float)scale : (float)(1.0 / sqrt((double)opt->shape.D));
+    opt->shape.scale = scale > 0.0f ? scale : (float)(1.0 / sqrt((double)opt->shape.D));
     if (fa_shape_validate(&opt->shape, err, sizeof err) != 0) fa_die("%s", err);
 
     if ((opt->impl & FA_IMPL_CUDA) && !fa_cuda_supports_head_dim(spec, opt->shape.D)) {
@@ -234,4 +253,7 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
         fa_die("D=%lld is not supported by the CUDA kernels of %s (supported: %s); use --impl cpu for other sizes",
                (long long)opt->shape.D, spec->program, dims);
     }
+    // Where the run writes is checked now, before anything is computed (fa_save.h).
+    if (opt->save_dir) fa_save_begin(opt->save_dir);
+    if (opt->csv) fa_csv_begin(opt->csv);
 }

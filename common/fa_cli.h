@@ -48,6 +48,15 @@ typedef struct {
 // Parses argv. Prints --help and exits 0; prints one line and exits 2 on anything it cannot accept.
 void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options *opt);
 
+// The value of an integer flag, checked as typed: an integer (no other text), between lo and hi. Anything else, a
+// number too long for 64 bits included, exits 2 with one line: "FLAG expects an integer, got 'TEXT'" or "FLAG must be
+// between LO and HI (got TEXT)".
+int64_t fa_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi);
+// The value of a real-valued flag as the float32 the run will use, checked as typed and after conversion: a number
+// (no other text) with lo <= value <= hi (lo_open: lo < value), whose float32 is finite and, unless the typed value is
+// 0, not 0 (1e-46 would become 0). Exits 2 with one line otherwise.
+float fa_parse_float32(const char *flag, const char *text, double lo, int lo_open, double hi, int hi_open);
+
 // 1 when D is one of the spec's CUDA head dims (or the spec has no list).
 int fa_cuda_supports_head_dim(const fa_cli_spec *spec, int64_t D);
 

@@ -4,6 +4,7 @@
 #include "fa_half.h"
 #include "fa_npy.h"
 #include "fa_oracle.h"
+#include "fa_save.h"
 #include "fa_tensor.h"
 #include "fa_timer.h"
 
@@ -58,12 +59,14 @@ void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const f
     fa_dims_kv(shape, impl->outputs[2].dims);
 }
 
-static void save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
-    if (!opt->save_dir) return;
-    char path[4096], err[512], lower[16];
+// Into the run's partial save folder (fa_save.h): published whole by fa_finish, or removed if the run stops early.
+static void save_tensor(const char *name, const float *x, const int64_t dims[4]) {
+    const char *folder = fa_save_folder();
+    if (!folder) return;
+    char path[4400], err[4600], lower[16];
     snprintf(lower, sizeof lower, "%s", name);
     for (char *c = lower; *c; c++) *c = (char)tolower((unsigned char)*c);
-    snprintf(path, sizeof path, "%s/%s.npy", opt->save_dir, lower);
+    snprintf(path, sizeof path, "%s/%s.npy", folder, lower);
     int ndim = dims[3] == 1 && strcmp(lower, "lse") == 0 ? 3 : 4;   // LSE is [B, H, Sq]
     if (fa_npy_save(path, x, 4, ndim, dims, err, sizeof err) != 0) fa_die("%s", err);
 }
@@ -76,29 +79,33 @@ static float *load_tensor(const fa_options *opt, const char *name, const int64_t
     return x;
 }
 
-// mkdir -p: creates dir and any missing parents.
-static void make_dirs(const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *c = path + 1; ; c++) {
-        if (*c != '/' && *c != '\0') continue;
-        char saved = *c;
-        *c = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST) fa_die("cannot create %s: %s", path, strerror(errno));
-        *c = saved;
-        if (saved == '\0') break;
-    }
-}
-
 static void save_command(const fa_options *opt) {
-    make_dirs(opt->save_dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/command.txt", opt->save_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) fa_die("cannot write %s", path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) fa_die("out of host memory: command.txt");
     for (int i = 0; i < opt->argc; i++) fprintf(f, "%s%s", i ? " " : "", opt->argv[i]);
     fprintf(f, "\n");
     fclose(f);
+    fa_save_text("command.txt", text);
+    free(text);
+}
+
+// Exits 2 when a finite element of x ([B, H, S, D]) overflows opt->dtype (fp16: |x| >= 65520 rounds to Inf).
+static void refuse_half_overflow(const fa_options *opt, const char *name, const float *x, int64_t S) {
+    const fa_shape *s = &opt->shape;
+    const int64_t n = s->B * s->H * S * s->D;
+    int64_t first = INT64_MAX;
+#pragma omp parallel for reduction(min : first)
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && !isfinite(fa_round_to_dtype(x[i], opt->dtype)) && i < first) first = i;
+    if (first == INT64_MAX) return;
+    const int64_t D = s->D;
+    fa_die("%s%s%s.npy holds %g at (b,h,s,d) = (%lld,%lld,%lld,%lld), which does not fit %s (largest finite %g): "
+           "scale the inputs down or use --dtype %s", opt->load_dir ? opt->load_dir : "", opt->load_dir ? "/" : "",
+           name, (double)x[first], (long long)(first / (S * D) / s->H), (long long)(first / (S * D) % s->H),
+           (long long)(first / D % S), (long long)(first % D), fa_dtype_name(opt->dtype),
+           opt->dtype == FA_DTYPE_FP16 ? 65504.0 : 3.3895313892515355e38, opt->dtype == FA_DTYPE_FP16 ? "bf16" : "fp32");
 }
 
 void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
@@ -127,17 +134,23 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
     // --dtype fp16|bf16: every implementation, and the oracle, see the inputs rounded to the half type. --save-dir
     // then writes them as float32 holding those exact values (NumPy has no bfloat16; .astype(np.float16) is exact).
     if (opt->dtype != FA_DTYPE_FP32) {
+        // A finite value the type cannot hold would become Inf: say so, instead of computing with an Inf that the
+        // file does not hold.
+        refuse_half_overflow(opt, "q", in->q, s->Sq);
+        refuse_half_overflow(opt, "k", in->k, s->Sk);
+        refuse_half_overflow(opt, "v", in->v, s->Sk);
+        if (in->dout) refuse_half_overflow(opt, "do", in->dout, s->Sq);
         fa_round_floats(in->q, fa_numel_q(s), opt->dtype);
         fa_round_floats(in->k, fa_numel_kv(s), opt->dtype);
         fa_round_floats(in->v, fa_numel_kv(s), opt->dtype);
         if (in->dout) fa_round_floats(in->dout, fa_numel_q(s), opt->dtype);   // dO is a half input of the backward
     }
-    if (opt->save_dir) {
+    if (fa_save_folder()) {
         save_command(opt);
-        save_tensor(opt, "q", in->q, dq);
-        save_tensor(opt, "k", in->k, dkv);
-        save_tensor(opt, "v", in->v, dkv);
-        if (in->dout) save_tensor(opt, "do", in->dout, dq);
+        save_tensor("q", in->q, dq);
+        save_tensor("k", in->k, dkv);
+        save_tensor("v", in->v, dkv);
+        if (in->dout) save_tensor("do", in->dout, dq);
     }
 }
 
@@ -344,7 +357,7 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
             .reference_factor = out->reference_factor};
         fa_report_add_check(report, fa_verify_rows(check_label, out->name, out->host, out->want, out->dims,
                                                    out->heads ? out->heads : ref->heads, &rule));
-        save_tensor(opt, out->name, out->host, out->dims);
+        save_tensor(out->name, out->host, out->dims);
     }
     report->heads_checked = ref->heads_checked;
 
@@ -387,6 +400,7 @@ void fa_exit_out_of_memory(fa_report *report, const char *label, const char *imp
 int fa_finish(fa_report *report, const fa_options *opt) {
     fa_report_print(report);
     if (opt->csv) fa_report_write_csv(report, opt->csv);
+    fa_save_commit();   // the run's files, whole, in --save-dir's place
     return fa_report_all_passed(report) ? 0 : 1;
 }
 

@@ -238,7 +238,7 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                 if (heads && !heads[bh]) continue;
                 const int64_t row = bh * s->Sq + i, n = visible_keys(s, i);
                 const double *q_row = q + row * D, *k_head = k + bh * s->Sk * D, *v_head = v + bh * s->Sk * D;
-                double max_score = -INFINITY, g_mean = 0.0, pg_dp = 0.0, p_dp = 0.0;
+                double max_score = -INFINITY, g_mean = 0.0, a_mean = 0.0, pg_dp = 0.0, p_dp = 0.0;
                 for (int64_t d = 0; d < D; d++)
                     sum_o[d] = logit_o[d] = sum_dq[d] = logit_dq[d] = factors_o[d] = factors_dq[d] = 0.0;
                 for (int64_t j = 0; j < n; j++) {
@@ -253,6 +253,7 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                     p[j] = exp(score - lse[row]);
                     g[j] = fa_logit_error(s->scale * abs_terms, D);
                     g_mean += p[j] * g[j];
+                    a_mean += p[j] * s->scale * abs_terms;
                     for (int64_t d = 0; d < D; d++) {
                         sum_o[d] += p[j] * fabs(v_head[j * D + d]);
                         logit_o[d] += p[j] * g[j] * fabs(v_head[j * D + d]);
@@ -266,8 +267,9 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                 }
                 for (int64_t d = 0; d < D; d++) logit_o[d] += g_mean * sum_o[d];
                 fa_set_row_bounds(&mag->o, row, sum_o, logit_o, factors_o, D);
-                // LSE_i moves by sum_j p_ij delta_ij to first order.
-                const double lse_scale = n > 0 ? fabs(max_score) + (lse[row] - max_score) : 0.0;
+                // LSE_i moves by sum_j p_ij delta_ij to first order. Its scale is the size of the sums that make it:
+                // |max| + log(l), or the size of the logits' own terms when larger (terms that cancel).
+                const double lse_scale = n > 0 ? fmax(fabs(max_score) + (lse[row] - max_score), a_mean) : 0.0;
                 const double no_factors = 0.0;   // LSE sums no underflowing products
                 fa_set_row_bounds(&mag->lse, row, &lse_scale, &g_mean, &no_factors, 1);
                 if (!dout) continue;

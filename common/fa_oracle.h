@@ -41,7 +41,8 @@ void fa_oracle_backward(const fa_shape *shape, const double *q, const double *k,
 //
 // scale: the size of the sums that make the row's elements. A float32 sum is off by a few ulps of the terms it adds,
 // whatever its result; so a row's scale is the largest, over its elements, of the sum of the absolute values of their
-// terms (for LSE, the row's largest |score| plus the log of its sum):
+// terms (for LSE, the row's largest |score| plus the log of its sum, or, when larger, sum_j p_ij a_ij, the size of the
+// logits' own terms, a_ij below):
 //   O_id: sum_j p_ij |v_jd|          dV_jd: sum_i p_ij |dO_id|          LSE_i: |max_j s_ij| + log(sum_j exp(s_ij - max))
 //   dQ_id: scale sum_j p_ij (|dP_ij| + |Delta_i|) |k_jd|     dK_jd: scale sum_i p_ij (|dP_ij| + |Delta_i|) |q_id|
 // (dS_ij = p_ij (dP_ij - Delta_i): its error is on the scale of the two terms, not of their difference.)

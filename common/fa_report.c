@@ -1,5 +1,6 @@
 // fa_report.c - the check block, the timing table, and --csv rows.
 #include "fa_report.h"
+#include "fa_save.h"
 #include "fa_gpu.h"
 #include "fa_tensor.h"
 
@@ -222,7 +223,7 @@ static void print_timings(const fa_report *r) {
 }
 
 void fa_report_print(const fa_report *r) {
-    if (r->options->save_dir && r->n_checks) fa_report_save_checks(r, r->options->save_dir);
+    if (fa_save_folder() && r->n_checks) fa_report_save_checks(r);
     print_header(r);
     print_checks(r);
     if (r->n_rows > 0) print_timings(r);
@@ -260,8 +261,11 @@ static void csv_step(FILE *f, const fa_timing_row *row) {
 void fa_report_write_csv(const fa_report *r, const char *path) {
     struct stat st;
     int is_new = stat(path, &st) != 0 || st.st_size == 0;
-    FILE *f = fopen(path, "a");
-    if (!f) fa_die("cannot append to %s", path);
+    // The rows are formatted in memory and appended with one write (fa_csv_append): the file gets all of them or none.
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) fa_die("out of host memory: the --csv rows");
     if (is_new) fprintf(f, "%s\n", FA_CSV_HEADER);
     const char *commit = getenv("FA_COMMIT") ? getenv("FA_COMMIT") : FA_GIT_COMMIT;
     const fa_shape *s = &r->shape;
@@ -281,19 +285,23 @@ void fa_report_write_csv(const fa_report *r, const char *path) {
         csv_text(f, fa_gpu_name());
         fprintf(f, ",%d,%d,%s\n", g->sms, g->clock_mhz, commit);
     }
-    if (fclose(f) != 0) fa_die("writing %s failed", path);
+    fclose(f);
+    fa_csv_append(path, text, len);
+    free(text);
 }
 
-void fa_report_save_checks(const fa_report *r, const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checks.csv", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) fa_die("cannot write %s", path);
+void fa_report_save_checks(const fa_report *r) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) fa_die("out of host memory: checks.csv");
     fprintf(f, "label,tensor,max_abs_err,rel_err,tolerance,pass\n");
     for (int i = 0; i < r->n_checks; i++) {
         const fa_check *c = &r->checks[i];
         csv_text(f, c->label);
         fprintf(f, ",%s,%.6e,%.6e,%.6e,%d\n", c->tensor, c->max_abs_err, c->rel_err, c->tolerance, c->pass);
     }
-    if (fclose(f) != 0) fa_die("writing %s failed", path);
+    fclose(f);
+    fa_save_text("checks.csv", text);
+    free(text);
 }

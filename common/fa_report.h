@@ -63,10 +63,10 @@ void fa_report_print(const fa_report *report);
     "commit"
 // Appends one CSV row per timing row to path (with a header line when the file is new). Returns 0 or exits 2.
 void fa_report_write_csv(const fa_report *report, const char *path);
-// Writes the check block to DIR/checks.csv (label, tensor, errors, tolerance, pass): what a later check of the
-// outputs saved with --save-dir compares against (tools/pytorch_compare.py --check). fa_report_print() calls it
-// when --save-dir is given.
-void fa_report_save_checks(const fa_report *report, const char *dir);
+// Writes the check block as checks.csv into the run's save folder (fa_save.h; label, tensor, errors, tolerance,
+// pass): what a later check of the outputs saved with --save-dir compares against (tools/pytorch_compare.py --check).
+// fa_report_print() calls it when --save-dir is given.
+void fa_report_save_checks(const fa_report *report);
 // 1 when every check passed.
 int fa_report_all_passed(const fa_report *report);
 // The machine, as the report header and the CSV rows name it. "AMD EPYC ..." from /proc/cpuinfo, or "unknown".

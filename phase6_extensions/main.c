@@ -79,42 +79,26 @@ static void print_ext_help(void) {
            SPLITKV_KEYS_PER_SPLIT);
 }
 
-static int64_t parse_int64(const char *flag, const char *text) {
-    errno = 0;
-    char *end;
-    const long long value = strtoll(text, &end, 10);
-    if (errno || end == text || *end != '\0') fa_die("%s expects an integer, got '%s'", flag, text);
-    return value;
-}
-
+// Every value is checked as typed, with the shared parsers (fa_parse_int, fa_parse_float32: one message for a number
+// past the limits and for one too long for its type, and a float32 check of what the kernels will use).
 static void parse_window(const char *text, ext_options *e) {
     const char *comma = strchr(text, ',');
     if (!comma) fa_die("--window expects LEFT,RIGHT (two integers, -1 for unbounded), got '%s'", text);
     char left[64];
-    snprintf(left, sizeof left, "%.*s", (int)(comma - text < 63 ? comma - text : 63), text);
-    e->window_left = parse_int64("--window LEFT", left);
-    e->window_right = parse_int64("--window RIGHT", comma + 1);
-    if (e->window_left < -1 || e->window_right < -1)
-        fa_die("--window LEFT,RIGHT must each be -1 (unbounded) or a key count >= 0, got '%s'", text);
+    if (comma - text >= (ptrdiff_t)sizeof left) fa_die("--window LEFT must be between -1 and %lld (got %.*s)",
+                                                       (long long)FA_MAX_DIM, (int)(comma - text), text);
+    snprintf(left, sizeof left, "%.*s", (int)(comma - text), text);
+    e->window_left = fa_parse_int("--window LEFT", left, -1, FA_MAX_DIM);
+    e->window_right = fa_parse_int("--window RIGHT", comma + 1, -1, FA_MAX_DIM);
 }
 
 static void parse_softcap(const char *text, ext_options *e) {
-    errno = 0;
-    char *end;
-    const double c = strtod(text, &end);
-    if (errno || end == text || *end != '\0' || !isfinite(c) || c <= 0.0 || c > 1e30)
-        fa_die("--softcap expects a positive number C (scores become C * tanh(s / C)), got '%s'", text);
-    e->softcap = (float)c;
+    e->softcap = fa_parse_float32("--softcap", text, 0.0, 1, 1e30, 0);   // C > 0: scores become C * tanh(s / C)
 }
 
 static void parse_dropout(const char *text, ext_options *e) {
-    errno = 0;
-    char *end;
-    const double p = strtod(text, &end);
-    if (errno || end == text || *end != '\0' || !(p >= 0.0 && p < 1.0))
-        fa_die("--dropout expects a probability P with 0 <= P < 1 (P = 1 would drop every key), got '%s'", text);
-    e->dropout_p = (float)p;
-    if (e->dropout_p >= 1.0f) fa_die("--dropout %s rounds to 1 in float32: give a P below 1", text);
+    // 0 <= P < 1: P = 1 would drop every key, and a P that rounds to 1 in float32 is refused by the parser.
+    e->dropout_p = fa_parse_float32("--dropout", text, 0.0, 0, 1.0, 1);
 }
 
 // --seqlens 3,17,1000: lengths >= 1, at most FA_MAX_DIM tokens in all.
@@ -129,13 +113,14 @@ static void parse_seqlens(const char *text, ext_flags *f) {
         const char *end = strchr(item, ',');
         const size_t len = end ? (size_t)(end - item) : strlen(item);
         char number[32];
-        if (len == 0 || len >= sizeof number) fa_die("--seqlens expects lengths separated by commas, got '%s'", text);
+        if (len == 0) fa_die("--seqlens expects lengths separated by commas, got '%s'", text);
+        if (len >= sizeof number) fa_die("--seqlens must be between 1 and %lld (got %.*s)", (long long)FA_MAX_DIM,
+                                         (int)len, item);
         memcpy(number, item, len);
         number[len] = '\0';
-        const int64_t L = parse_int64("--seqlens", number);
-        if (L < 1 || L > FA_MAX_DIM - f->cu_seqlens[b])
-            fa_die("--seqlens: every length must be at least 1 and the total at most %lld, got '%s'",
-                   (long long)FA_MAX_DIM, number);
+        const int64_t L = fa_parse_int("--seqlens", number, 1, FA_MAX_DIM);
+        if (L > FA_MAX_DIM - f->cu_seqlens[b])
+            fa_die("--seqlens: the total must be at most %lld, got '%s'", (long long)FA_MAX_DIM, text);
         f->cu_seqlens[b + 1] = f->cu_seqlens[b] + L;
         item = end ? end + 1 : item + len;
     }
@@ -175,8 +160,7 @@ static int take_ext_flags(int argc, char **argv, ext_flags *f) {
         }
         switch (which) {
         case 0:
-            f->e.H_kv = parse_int64("--H-kv", value);
-            if (f->e.H_kv < 1) fa_die("--H-kv must be at least 1, got %lld", (long long)f->e.H_kv);
+            f->e.H_kv = fa_parse_int("--H-kv", value, 1, FA_MAX_DIM);
             f->has_H_kv = 1;
             break;
         case 1: parse_window(value, &f->e); f->has_window = 1; break;

@@ -50,15 +50,19 @@ static void oracle_row(const fa_shape *s, const ext_options *e, int64_t bh, int6
         // The cap's slope is at most 1: the capped logit's error is at most the uncapped one's.
         if (softcap > 0.0f) score = (double)softcap * tanh(score / (double)softcap);
         row[j] = score;
-        g[j] = fa_logit_error((double)s->scale * abs_terms, D);
+        g[j] = (double)s->scale * abs_terms;   // a_ij for now: the size of the logit's terms
         if (score > m) m = score;
     }
-    double l = 0.0, g_mean = 0.0;
+    double l = 0.0, g_mean = 0.0, a_mean = 0.0;
     for (int64_t j = first; j <= last; j++) {
         row[j] = exp(row[j] - m);
         l += row[j];
     }
-    for (int64_t j = first; j <= last; j++) g_mean += row[j] / l * g[j];
+    for (int64_t j = first; j <= last; j++) {
+        a_mean += row[j] / l * g[j];
+        g[j] = fa_logit_error(g[j], D);
+        g_mean += row[j] / l * g[j];
+    }
     // Dropout acts on P V only: the row's sum l (and LSE) counts every key.
     for (int64_t j = first; j <= last; j++) row[j] *= dropout_factor(e, bh, i, j);
     double *abs_o = sums, *logit_o = sums + D, *factors_o = sums + 2 * D;
@@ -77,7 +81,7 @@ static void oracle_row(const fa_shape *s, const ext_options *e, int64_t bh, int6
     }
     fa_set_row_bounds(b_o, r, abs_o, logit_o, factors_o, D);
     *lse_i = m + log(l);
-    const double lse_scale = fabs(m) + log(l);
+    const double lse_scale = fmax(fabs(m) + log(l), a_mean);   // as fa_oracle_magnitudes
     const double no_factors = 0.0;
     fa_set_row_bounds(b_lse, r, &lse_scale, &g_mean, &no_factors, 1);
 }
