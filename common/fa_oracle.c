@@ -4,6 +4,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,11 +201,14 @@ void fa_refuse_unjudgeable_rows(const char *tensor, const fa_row_bounds *b, cons
     for (int64_t r = 0; r < rows; r++) {
         if (heads && !heads[r / dims[2]]) continue;
         if (!(b->logit[r] > FA_LOGIT_LIMIT)) continue;   // (NaN: a NaN input, checked as such)
+        char by[32];
+        if (b->logit[r] < 1.0) snprintf(by, sizeof by, "%.2g of", b->logit[r]);
+        else snprintf(by, sizeof by, "more than");
         fa_die("the inputs are outside the range the float32 check can judge: in row (%lld,%lld,%lld) of %s the "
-               "logits are so large that their float32 rounding alone may move the result by %.2g of its size "
-               "(the check needs under %g); make the inputs or --scale smaller",
+               "logits are so large that their float32 rounding alone may move the result by %s its size (the "
+               "check needs under %g); make the inputs or --scale smaller",
                (long long)(r / dims[2] / dims[1]), (long long)(r / dims[2] % dims[1]), (long long)(r % dims[2]),
-               tensor, b->logit[r], FA_LOGIT_LIMIT);
+               tensor, by, FA_LOGIT_LIMIT);
     }
 }
 

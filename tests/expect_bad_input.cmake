@@ -1,5 +1,6 @@
 # Runs BINARY with ARGS ('|'-separated) and passes only when it exits with status 2 and prints exactly one line,
-# starting with "error:", on stderr (DESIGN.md: bad input gets one clear line and exit status 2).
+# starting with "error:", on stderr (DESIGN.md: bad input gets one clear line and exit status 2), matching STDERR (a
+# regular expression) when it is given.
 string(REPLACE "|" ";" arg_list "${ARGS}")
 execute_process(COMMAND ${BINARY} ${arg_list} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(REGEX MATCHALL "\n" newlines "${err}")
@@ -9,5 +10,8 @@ if(NOT status EQUAL 2)
 endif()
 if(NOT lines EQUAL 1 OR NOT err MATCHES "^error: ")
   message(FATAL_ERROR "expected one line 'error: ...' on stderr, got ${lines} lines:\n${err}")
+endif()
+if(STDERR AND NOT err MATCHES "${STDERR}")
+  message(FATAL_ERROR "the error line does not match '${STDERR}':\n${err}")
 endif()
 message(STATUS "exit 2 with: ${err}")

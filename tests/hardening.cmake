@@ -95,6 +95,9 @@ function(fa_add_stress_test)
     set_tests_properties(${T_NAME} PROPERTIES RUN_SERIAL ON)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${labels}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+  if(T_CASE STREQUAL "bad_fifo")
+    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT 30)   # a reader that waits on the pipe fails, never hangs
+  endif()
 endfunction()
 
 # Broken q.npy files, each refused with exit 2 and one line naming the problem (k, v, do are valid). The runs give
@@ -115,7 +118,11 @@ set(bad_file_cases
   "bad_nul|header contains a NUL byte"
   "bad_version|unsupported .npy format version"
   "bad_missing_k|cannot open .*k.npy: No such file"
-  "bad_directory|cannot read .*q.npy: Is a directory")
+  "bad_directory|cannot read .*q.npy: Is a directory"
+  "bad_duplicate_key|'shape' appears twice"
+  "bad_extra_key|a key other than 'descr', 'fortran_order' and 'shape'"
+  "bad_minor_version|unsupported .npy format version"
+  "bad_fifo|q.npy is not a regular file")
 
 # Numerical stress on random inputs: logits near +-100 (--scale 20, D = 64), a tiny and a huge --scale, and causal
 # attention with Sq much larger and much smaller than Sk; also a sequence of 1.1 million queries, more rows than a
@@ -367,3 +374,65 @@ fa_add_stress_test(NAME hardening_phase2_cuda_2p31 BINARY phase2_online_softmax 
                    ARGS --Sq 16777217 --Sk 3 --D 128)
 fa_add_stress_test(NAME hardening_phase4_cuda_2p31 BINARY phase4_backward IMPL cuda BIG STATUS 0
                    CHECKS O/PASS dQ/PASS dK/PASS dV/PASS ARGS ${big_2p31})
+
+# --- A check that can always fail ------------------------------------------------------------------------------------
+# Each output row is checked against its own scale and logit part (fa_oracle.h), so one large input loosens only the
+# rows it reaches; inputs whose logits are too large for any float32 check to judge are refused (one line, exit 2)
+# instead of checked with a tolerance that passes anything: a q element of 3e38, --scale 1e5, and phase 4's
+# --scale 1e8, which used to fail a correct dV by FlashAttention's ratio rule.
+set(unjudgeable "outside the range the float32 check can judge")
+foreach(phase phase1_naive phase2_online_softmax phase3_forward_4d phase4_backward)
+  set(H 2)
+  if(phase STREQUAL "phase2_online_softmax")
+    set(H 1)
+  endif()
+  fa_add_stress_test(NAME hardening_${phase}_cpu_huge_q BINARY ${phase} IMPL cpu CASE huge_q SHAPE "1|${H}|16|16|16"
+                     STATUS 2 STDERR "${unjudgeable}")
+endforeach()
+fa_add_stress_test(NAME hardening_phase1_cpu_scale1e5 BINARY phase1_naive IMPL cpu STATUS 2 STDERR "${unjudgeable}"
+                   ARGS --B 1 --H 2 --S 256 --D 64 --scale 1e5)
+fa_add_stress_test(NAME hardening_phase4_cpu_scale1e8 BINARY phase4_backward IMPL cpu STATUS 2 STDERR "${unjudgeable}"
+                   ARGS --B 1 --H 1 --S 64 --D 16 --scale 1e8)
+fa_add_stress_test(NAME hardening_phase6_cpu_scale1e5 BINARY phase6_extensions IMPL cpu STATUS 2
+                   STDERR "${unjudgeable}" ARGS --B 1 --H 2 --S 64 --D 16 --scale 1e5 --H-kv 1)
+# Phase 4 at --scale 1000 (logits in the thousands, P one-hot but for near-ties): the ratio rule allows the rows'
+# logit part, so the flash rows pass beside the naive ones.
+fa_add_stress_test(NAME hardening_phase4_cpu_scale1e3_ratio_rule BINARY phase4_backward IMPL cpu STATUS 0
+                   CHECKS O/PASS LSE/PASS dQ/PASS dK/PASS dV/PASS ARGS --B 1 --H 2 --S 256 --D 64 --scale 1000)
+
+# --- Half precision: a finite input that does not fit the type is refused, one that fits is checked ------------------
+fa_add_stress_test(NAME hardening_phase5_cpu_fp16_large_v BINARY phase5_tensor_cores IMPL cpu CASE large_v
+                   SHAPE "1|2|16|16|64" STATUS 2 STDERR "v.npy holds 100000 at \\(b,h,s,d\\) = \\(0,1,5,3\\), which does not fit fp16"
+                   ARGS --dtype fp16)
+fa_add_stress_test(NAME hardening_phase5_cpu_bf16_large_q BINARY phase5_tensor_cores IMPL cpu CASE large_q
+                   SHAPE "1|2|16|16|64" STATUS 0 CHECKS O/PASS LSE/PASS dQ/PASS dK/PASS dV/PASS ARGS --dtype bf16)
+
+# --- Saves whole or absent (common/fa_save.h) ------------------------------------------------------------------------
+# Unwritable --csv and --save-dir refused before the run, a foreign folder refused and left alone, a reused folder's
+# set replaced whole, a full disk (a 64 KiB tmpfs where mount is allowed; /dev/full for --csv) leaving nothing behind.
+add_test(NAME hardening_saves_whole_or_absent
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/check_saves.sh ${CMAKE_BINARY_DIR}/bin ${CMAKE_CURRENT_BINARY_DIR}/saves)
+set_tests_properties(hardening_saves_whole_or_absent PROPERTIES LABELS "hardening;cpu")
+
+# --- The .npy reader agrees with NumPy ------------------------------------------------------------------------------
+# One table of headers (tests/fixtures/npy_headers.txt): the reader reads those NumPy reads as the same array and
+# refuses the rest (test_npy_headers, no NumPy needed); NumPy is held to the same table (check_npy_headers.py, skipped
+# without NumPy). Also a header past NumPy's 10000 characters, and a pipe and a folder given as the file.
+add_executable(test_npy_headers test_npy_headers.c)
+target_link_libraries(test_npy_headers PRIVATE fa_common)
+add_test(NAME hardening_npy_headers
+         COMMAND test_npy_headers ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/npy_headers.txt
+                 ${CMAKE_CURRENT_BINARY_DIR}/npy_headers)
+set_tests_properties(hardening_npy_headers PROPERTIES LABELS "hardening;cpu" TIMEOUT 60)
+if(Python3_EXECUTABLE)
+  add_test(NAME hardening_npy_headers_numpy
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_npy_headers.py
+                   ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/npy_headers.txt ${CMAKE_CURRENT_BINARY_DIR}/npy_headers_numpy)
+  set_tests_properties(hardening_npy_headers_numpy PROPERTIES LABELS "hardening;cpu;tools" SKIP_RETURN_CODE 77)
+endif()
+
+# --- The make targets (cmake/targets.cmake, Makefile) -----------------------------------------------------------------
+add_test(NAME hardening_make_targets
+         COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${CMAKE_SOURCE_DIR}
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/check_targets.cmake)
+set_tests_properties(hardening_make_targets PROPERTIES LABELS "hardening;cpu" SKIP_REGULAR_EXPRESSION "SKIPPED:")

@@ -35,6 +35,25 @@ fa_add_bad_input_test(NAME phase1_bad_scale LABEL phase1 BINARY phase1_naive ARG
 fa_add_bad_input_test(NAME phase1_bad_threads LABEL phase1 BINARY phase1_naive ARGS --threads 0)
 fa_add_bad_input_test(NAME phase1_bad_block_m LABEL phase1 BINARY phase1_naive ARGS --block-m 32)
 fa_add_bad_input_test(NAME phase1_bad_load_missing LABEL phase1 BINARY phase1_naive ARGS --load-dir /nonexistent/dir)
+# Every value is checked as typed: a typed -1 is not "not given" (it used to run the default problem); a number too long
+# for 64 bits gets the same message as one past the limit; a --scale that float32 makes 0 or Inf is refused.
+foreach(flag B H S Sq Sk D)
+  fa_add_bad_input_test(NAME phase1_bad_${flag}_minus_one LABEL phase1 BINARY phase1_naive
+                        STDERR "--${flag} must be between 1 and 2147483648 \\(got -1\\)" ARGS --${flag} -1)
+endforeach()
+fa_add_bad_input_test(NAME phase1_bad_S_too_long LABEL phase1 BINARY phase1_naive
+                      STDERR "--S must be between 1 and 2147483648 \\(got 99999999999999999999\\)"
+                      ARGS --S 99999999999999999999)
+fa_add_bad_input_test(NAME phase1_bad_S_too_large LABEL phase1 BINARY phase1_naive
+                      STDERR "--S must be between 1 and 2147483648 \\(got 9999999999999\\)" ARGS --S 9999999999999)
+fa_add_bad_input_test(NAME phase1_bad_seed_too_long LABEL phase1 BINARY phase1_naive
+                      STDERR "--seed must be between 0 and" ARGS --seed 99999999999999999999)
+fa_add_bad_input_test(NAME phase1_bad_check_heads_zero LABEL phase1 BINARY phase1_naive
+                      STDERR "--check-heads must be between 1" ARGS --check-heads 0)
+fa_add_bad_input_test(NAME phase1_bad_scale_float32_zero LABEL phase1 BINARY phase1_naive
+                      STDERR "--scale 1e-46 becomes 0 in float32" ARGS --scale 1e-46)
+fa_add_bad_input_test(NAME phase1_bad_scale_float32_inf LABEL phase1 BINARY phase1_naive
+                      STDERR "--scale 1e39 is too large for float32" ARGS --scale 1e39)
 fa_add_bad_input_test(NAME phase1_bad_out_of_memory LABEL phase1 BINARY phase1_naive
                       ARGS --impl cpu --B 1 --H 1 --S 1048576 --D 16 --iters 0)
 

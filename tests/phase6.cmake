@@ -113,6 +113,18 @@ set(phase6_bad
   "dropout_text|--dropout|tenth"
   "dropout_nan|--dropout|nan"
   "dropout_with_softcap|--dropout|0.1|--softcap|30")
+# Phase 6's own flags, checked as typed like the shared ones (fa_parse_int, fa_parse_float32).
+fa_add_bad_input_test(NAME phase6_bad_softcap_float32_zero LABEL phase6 BINARY phase6_extensions
+                      STDERR "--softcap 1e-46 becomes 0 in float32" ARGS --softcap 1e-46)
+fa_add_bad_input_test(NAME phase6_bad_Hkv_too_long LABEL phase6 BINARY phase6_extensions
+                      STDERR "--H-kv must be between 1 and 2147483648 \\(got 99999999999999999999\\)"
+                      ARGS --H-kv 99999999999999999999)
+fa_add_bad_input_test(NAME phase6_bad_window_too_long LABEL phase6 BINARY phase6_extensions
+                      STDERR "--window RIGHT must be between -1 and 2147483648" ARGS --window 5,99999999999999999999)
+fa_add_bad_input_test(NAME phase6_bad_seqlens_too_long LABEL phase6 BINARY phase6_extensions
+                      STDERR "--seqlens must be between 1 and 2147483648" ARGS --seqlens 3,99999999999999999999)
+fa_add_bad_input_test(NAME phase6_bad_dropout_float32_zero LABEL phase6 BINARY phase6_extensions
+                      STDERR "--dropout 1e-50 becomes 0 in float32" ARGS --dropout 1e-50)
 foreach(entry ${phase6_bad})
   string(REPLACE "|" ";" parts "${entry}")
   list(POP_FRONT parts name)

@@ -121,6 +121,43 @@ static void test_verify_zero_tensor(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// The check is local: one large input loosens only the rows it reaches. q holds 1e3 in one element of row 0 of head 0
+// (logits near 1e3 in that row); the correct result passes; a wrong element of relative size 1e-3 fails in every
+// other row, of head 0 and of head 1 (a tolerance scaled by the run's largest |q| would let it pass everywhere); and
+// --scale-sized logits in every row are refused, not checked with a tolerance that passes anything.
+static void test_verify_local(void) {
+    fa_shape s = {.B = 1, .H = 2, .Sq = 16, .Sk = 24, .D = 32, .causal = 0, .scale = 0.17677669f};
+    const int64_t nq = fa_numel_q(&s), nkv = fa_numel_kv(&s), nl = fa_numel_lse(&s);
+    float *qf = fa_alloc_floats(nq, "q"), *kf = fa_alloc_floats(nkv, "k"), *vf = fa_alloc_floats(nkv, "v");
+    fa_fill_random(qf, nq, 5, 1, 1.0f);
+    fa_fill_random(kf, nkv, 5, 2, 1.0f);
+    fa_fill_random(vf, nkv, 5, 3, 1.0f);
+    qf[3] = 1e3f;
+    double *q = fa_to_double(qf, nq, "q"), *k = fa_to_double(kf, nkv, "k"), *v = fa_to_double(vf, nkv, "v");
+    double *o = fa_alloc_doubles(nq, "o"), *lse = fa_alloc_doubles(nl, "lse");
+    fa_oracle_forward(&s, q, k, v, NULL, o, lse);
+    fa_magnitudes mag;
+    fa_oracle_magnitudes(&s, q, k, v, NULL, o, lse, NULL, &mag);
+    int64_t dims[4] = {s.B, s.H, s.Sq, s.D};
+    fa_refuse_unjudgeable_rows("O", &mag.o, dims, NULL);   // logits of 1e3 in one row: still judged (no exit)
+    EXPECT(mag.o.logit[0] > 10.0 * mag.o.logit[1]);       // row 0's logit part is its own
+    float *got = fa_alloc_floats(nq, "got");
+    for (int64_t i = 0; i < nq; i++) got[i] = (float)o[i];
+    const fa_rule rule = {.tolerance = FA_TOL_FORWARD, .bounds = mag.o};
+    EXPECT(fa_verify_rows("local", "O", got, o, dims, NULL, &rule).pass);
+    const int64_t rows[3] = {1, 7, s.Sq + 5};             // head 0 rows 1 and 7, head 1 row 5
+    for (int r = 0; r < 3; r++) {
+        const int64_t at = rows[r] * s.D + 2;
+        got[at] = (float)(o[at] + 1e-3 * mag.o.scale[rows[r]]);
+        EXPECT_MSG(!fa_verify_rows("local", "O", got, o, dims, NULL, &rule).pass,
+                   "a wrong element in row %lld passes beside a large q in row 0", (long long)rows[r]);
+        got[at] = (float)o[at];
+    }
+    fa_free_magnitudes(&mag);
+    free(qf), free(kf), free(vf), free(q), free(k), free(v), free(o), free(lse), free(got);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 static void write_bytes(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
     fwrite(data, 1, len, f);
@@ -381,6 +418,7 @@ int main(int argc, char **argv) {
     const char *dir = argc > 2 ? argv[2] : "test_common_tmp";
     if (strcmp(argv[1], "verify") == 0) test_verify();
     else if (strcmp(argv[1], "verify_zero_tensor") == 0) test_verify_zero_tensor();
+    else if (strcmp(argv[1], "verify_local") == 0) test_verify_local();
     else if (strcmp(argv[1], "npy") == 0) test_npy(dir);
     else if (strcmp(argv[1], "oracle_hand") == 0) test_oracle_hand();
     else if (strcmp(argv[1], "oracle_gradcheck") == 0) test_oracle_gradcheck();

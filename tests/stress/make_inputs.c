@@ -22,7 +22,12 @@
 // The bad-file cases break q.npy (k, v, do stay valid) in one way each; the binary must refuse them with exit 2:
 //   bad_truncated_header, bad_truncated_data, bad_dtype, bad_big_endian, bad_fortran, bad_rank, bad_shape,
 //   bad_huge_shape (a shape whose element count overflows 64 bits), bad_huge_declared (2^40 elements, 4 TiB),
-//   bad_magic, bad_empty, bad_nul, bad_version, bad_missing_k (no k.npy at all), bad_directory (q.npy is a folder)
+//   bad_magic, bad_empty, bad_nul, bad_version, bad_missing_k (no k.npy at all), bad_directory (q.npy is a folder),
+//   bad_duplicate_key ('shape' twice: NumPy would read the second), bad_extra_key, bad_minor_version (1.1),
+//   bad_fifo (q.npy is a pipe)
+// And finite values at the planted place that the checks must handle: huge_q (q = 3e38: logits no float32 check can
+// judge, refused), large_q (q = 1e5: fits bf16, checked; its own row's tolerance grows, no other's), large_v
+// (v = 1e5: does not fit fp16, refused).
 #include "fa_npy.h"
 #include "fa_tensor.h"
 
@@ -133,6 +138,9 @@ int main(int argc, char **argv) {
     else if (strcmp(c, "nan_do") == 0) *do_at = NAN;
     else if (strcmp(c, "inf_q") == 0) *q_at = INFINITY;
     else if (strcmp(c, "inf_v") == 0) *v_at = INFINITY;
+    else if (strcmp(c, "huge_q") == 0) *q_at = 3e38f;   // finite: logits no float32 check can judge
+    else if (strcmp(c, "large_q") == 0) *q_at = 1e5f;   // finite, fits bf16, not fp16
+    else if (strcmp(c, "large_v") == 0) *v_at = 1e5f;
     else if (strcmp(c, "neginf_k") == 0) {
         *k_at = -INFINITY;
         for (int64_t i = 0; i < s.Sq; i++) {   // q . k_r = (positive) * (-Inf) + finite = -Inf in every row
@@ -220,6 +228,20 @@ int main(int argc, char **argv) {
         } else if (strcmp(c, "bad_version") == 0) {
             save(dir, "q", q, 4, 4, shape_q);
             patch_file(dir, "q", 6, "\x09", 1);   // format version 9.0 does not exist
+        } else if (strcmp(c, "bad_duplicate_key") == 0) {   // NumPy reads the last 'shape', (B*H, 1, Sq, D)
+            char twice[400];
+            snprintf(twice, sizeof twice, "%s), 'shape': (%lld, 1, %lld, %lld", shape, (long long)(s.B * s.H),
+                     (long long)s.Sq, (long long)s.D);
+            write_raw(dir, "q", 1, "<f4", "False", twice, q, q_bytes, q_bytes, 0);
+        } else if (strcmp(c, "bad_extra_key") == 0) {   // NumPy refuses a fourth key
+            write_raw(dir, "q", 1, "<f4', 'extra': 'x", "False", shape, q, q_bytes, q_bytes, 0);
+        } else if (strcmp(c, "bad_minor_version") == 0) {
+            save(dir, "q", q, 4, 4, shape_q);
+            patch_file(dir, "q", 7, "\x01", 1);   // format version 1.1 does not exist
+        } else if (strcmp(c, "bad_fifo") == 0) {   // a pipe with no writer: reading it would wait forever
+            char path[4096];
+            snprintf(path, sizeof path, "%s/q.npy", dir);
+            if (mkfifo(path, 0666) != 0) fa_die("make_inputs: cannot make the pipe %s", path);
         } else if (strcmp(c, "bad_missing_k") == 0) {
             save(dir, "q", q, 4, 4, shape_q);
         } else if (strcmp(c, "bad_directory") == 0) {
