@@ -39,11 +39,11 @@ static const struct option LONG_OPTIONS[] = {
 // --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
 // size also given as a flag must agree with the files (0 marks a size not given; a given one is at least 1).
 static void take_size(const char *flag, int64_t *given, int64_t from_file, const char *file, const char *dir) {
+    if (*given != 0 && *given != from_file)
+        fa_die("%s %lld contradicts %s/%s, which holds %lld", flag, (long long)*given, dir, file, (long long)from_file);
     if (from_file < 1 || from_file > FA_MAX_DIM)
         fa_die("%s/%s: its size for %s is %lld; sizes must be between 1 and %lld", dir, file, flag,
                (long long)from_file, (long long)FA_MAX_DIM);
-    if (*given != 0 && *given != from_file)
-        fa_die("%s %lld contradicts %s/%s, which holds %lld", flag, (long long)*given, dir, file, (long long)from_file);
     *given = from_file;
 }
 

@@ -60,9 +60,10 @@ void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const f
 }
 
 // Into the run's partial save folder (fa_save.h): published whole by fa_finish, or removed if the run stops early.
-static void save_tensor(const char *name, const float *x, const int64_t dims[4]) {
+// Rows run with options whose save_dir is NULL (phase 3's flipped causal rows) are not saved.
+static void save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
     const char *folder = fa_save_folder();
-    if (!folder) return;
+    if (!folder || !opt->save_dir) return;
     char path[4400], err[4600], lower[16];
     snprintf(lower, sizeof lower, "%s", name);
     for (char *c = lower; *c; c++) *c = (char)tolower((unsigned char)*c);
@@ -145,12 +146,12 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
         fa_round_floats(in->v, fa_numel_kv(s), opt->dtype);
         if (in->dout) fa_round_floats(in->dout, fa_numel_q(s), opt->dtype);   // dO is a half input of the backward
     }
-    if (fa_save_folder()) {
+    if (fa_save_folder() && opt->save_dir) {
         save_command(opt);
-        save_tensor("q", in->q, dq);
-        save_tensor("k", in->k, dkv);
-        save_tensor("v", in->v, dkv);
-        if (in->dout) save_tensor("do", in->dout, dq);
+        save_tensor(opt, "q", in->q, dq);
+        save_tensor(opt, "k", in->k, dkv);
+        save_tensor(opt, "v", in->v, dkv);
+        if (in->dout) save_tensor(opt, "do", in->dout, dq);
     }
 }
 
@@ -357,7 +358,7 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
             .reference_factor = out->reference_factor};
         fa_report_add_check(report, fa_verify_rows(check_label, out->name, out->host, out->want, out->dims,
                                                    out->heads ? out->heads : ref->heads, &rule));
-        save_tensor(out->name, out->host, out->dims);
+        save_tensor(opt, out->name, out->host, out->dims);
     }
     report->heads_checked = ref->heads_checked;
 
