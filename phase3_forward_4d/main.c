@@ -12,7 +12,7 @@
 #include "fa_gpu.h"
 #include "fa_tensor.h"
 #include "forward4d.h"
-#include "naive.h"
+#include "fa_baselines.h"
 
 #include <stdio.h>
 #include <stdlib.h>

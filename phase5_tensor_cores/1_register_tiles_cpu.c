@@ -23,7 +23,7 @@
 // with a target attribute, GCC 12 vectorises the clamps of fa_exp2 only when it may assume that comparing floats
 // raises no exception. The results do not change (nothing here reads the floating-point exception flags).
 #include "register_tiles.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include "fa_exp2.h"
 #include "fa_tensor.h"

@@ -14,12 +14,12 @@
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 #include "register_tiles.h"
 #include "tc_backward.h"
 #include "tensor_cores.h"
 #if FA_HAVE_BLAS
-#include "naive_blas.h"
+#include "fa_baselines.h"
 #endif
 
 #include <limits.h>

@@ -2,7 +2,7 @@
 // register tiles: a group of threads computes a tile of S together, each thread (each SIMD micro-kernel on the CPU)
 // a small block of scores held in registers, as a blocked SGEMM does.
 //
-// The tensors are those of flash_forward_lse_cpu / _cuda (forward_tensors in phase3_forward_4d/forward4d.h), passed
+// The tensors are those of flash_forward_lse_cpu / _cuda (forward_tensors in common/fa_contract.h), passed
 // one by one: Q, K, V, O with their strides (fa_strides, in elements); LSE natural-log, contiguous
 // [B, H, Sq]; causal pruning with causal_tile_stage(). The CPU takes any D, any strides and any tile size. The CUDA
 // kernel takes D in {16, 32, 64, 128}, the tiles below, and rows of 16-byte-aligned contiguous floats (stride d = 1,

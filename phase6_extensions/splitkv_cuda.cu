@@ -92,7 +92,7 @@ splitkv_partial_kernel(const float *__restrict__ q, const float *__restrict__ k,
                 float s = q_r[r].x * k4[u].x + q_r[r].y * k4[u].y + q_r[r].z * k4[u].z + q_r[r].w * k4[u].w;
                 // The lanes of one key (neighbours in the warp) add up their parts of the dot product.
 #pragma unroll
-                for (int offset = 1; offset < LANES_PER_KEY; offset *= 2) s += __shfl_xor_sync(FA_FULL_WARP, s, offset);
+                for (int offset = 1; offset < LANES_PER_KEY; offset *= 2) s += __shfl_xor_sync(FULL_WARP, s, offset);
                 const int64_t last_key = causal && r + key_offset < k_end - 1 ? r + key_offset : k_end - 1;
                 if (key > last_key) continue;   // past the split, or past the row's diagonal: no weight
                 // The online softmax with a tile of one key: p = 2^(s - m_new), the old state rescaled by alpha.
@@ -107,13 +107,13 @@ splitkv_partial_kernel(const float *__restrict__ q, const float *__restrict__ k,
         if (r >= S_q) break;
 #pragma unroll
         for (int offset = LANES_PER_KEY; offset < 32; offset *= 2) {
-            const float m_b = __shfl_xor_sync(FA_FULL_WARP, st[r].m, offset);
-            const float l_b = __shfl_xor_sync(FA_FULL_WARP, st[r].l, offset);
+            const float m_b = __shfl_xor_sync(FULL_WARP, st[r].m, offset);
+            const float l_b = __shfl_xor_sync(FULL_WARP, st[r].l, offset);
             float4 acc_b;
-            acc_b.x = __shfl_xor_sync(FA_FULL_WARP, st[r].acc.x, offset);
-            acc_b.y = __shfl_xor_sync(FA_FULL_WARP, st[r].acc.y, offset);
-            acc_b.z = __shfl_xor_sync(FA_FULL_WARP, st[r].acc.z, offset);
-            acc_b.w = __shfl_xor_sync(FA_FULL_WARP, st[r].acc.w, offset);
+            acc_b.x = __shfl_xor_sync(FULL_WARP, st[r].acc.x, offset);
+            acc_b.y = __shfl_xor_sync(FULL_WARP, st[r].acc.y, offset);
+            acc_b.z = __shfl_xor_sync(FULL_WARP, st[r].acc.z, offset);
+            acc_b.w = __shfl_xor_sync(FULL_WARP, st[r].acc.w, offset);
             st[r].merge(m_b, l_b, acc_b);
         }
         if (slot == 0) {

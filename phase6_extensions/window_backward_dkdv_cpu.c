@@ -132,7 +132,7 @@ static void kv_tile_program(const fa_shape *shape, int64_t left, int64_t right, 
             // The thread's loop over the Q tile's rows, split in three loops that each run along the rows
             // (or along d), so that the compiler can vectorise them.
             // 1. s_i = S_ij * LOG2E = (qk_scale Q_i) . K_j, summed as the forward sums it (four parts, dim
-            //    d in part d % 4, added in pairs: forward4d.h), and dp_i = dO_i . V_j in one sum, for
+            //    d in part d % 4, added in pairs: fa_contract.h), and dp_i = dO_i . V_j in one sum, for
             //    every row i, VEC rows at a time. The tiles are zero past D.
             for (int64_t r0 = 0; r0 < M_pad; r0 += VEC) {
                 float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};

@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
 
     fa_poison(o, S_Q * HEAD_DIM);
     if (!on_gpu) {
-        const forward_tensors t = {q, k, v, o};
+        const forward_2d_tensors t = {q, k, v, o};
         flash_forward_2d_cpu(&shape, BLOCK_M, BLOCK_N, &t);
     } else {
 #if FA_HAVE_CUDA
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
         fa_gpu_upload(k_dev, k, S_K * HEAD_DIM);
         fa_gpu_upload(v_dev, v, S_K * HEAD_DIM);
         fa_gpu_poison(o_dev, S_Q * HEAD_DIM);
-        const forward_tensors t = {q_dev, k_dev, v_dev, o_dev};
+        const forward_2d_tensors t = {q_dev, k_dev, v_dev, o_dev};
         flash_forward_2d_cuda(&shape, BLOCK_M, BLOCK_N, &t);
         fa_gpu_synchronize("phase 2 rescale test");
         fa_gpu_download(o, o_dev, S_Q * HEAD_DIM);

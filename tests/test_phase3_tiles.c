@@ -2,7 +2,7 @@
 //
 // Usage: test_phase3_tiles
 //
-// 1. causal_tile_stage() (phase3_forward_4d/forward4d.h), the rule the kernels and the figure use, against a brute
+// 1. causal_tile_stage() (common/fa_contract.h), the rule the kernels and the figure use, against a brute
 //    force over the elements of each (Q tile, K tile) pair: future when no row of the tile sees any key of it, full
 //    when every row sees every key, diagonal otherwise.
 // 2. The CPU kernels of steps 2 and 3 report how many (Q tile, K tile) pairs they processed (tiles_visited): it must

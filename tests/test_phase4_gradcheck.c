@@ -6,13 +6,13 @@
 // (L(x + h) - L(x - h)) / 2h for every element x of Q, K and V: a check that does not trust the oracle's backward
 // formulas, only its forward. Tiny shapes (every element is perturbed twice), causal on and off, Sq > Sk and Sq < Sk,
 // both dQ variants. cuda exits 77 (skipped) without a GPU.
-#include "backward.h"
+#include "fa_baselines.h"
 #include "fa_gpu.h"
 #include "fa_test_device.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include <math.h>
 #include <stdio.h>
