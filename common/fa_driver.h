@@ -144,7 +144,7 @@ typedef struct {
 void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half);
 void fa_free_half_inputs(fa_half_inputs *half);
 
-// The half-precision check (DESIGN.md, "Precision"), FlashAttention's rule: a result passes when its error is at
+// The half-precision check (docs/architecture.md, "Conventions"), FlashAttention's rule: a result passes when its error is at
 // most 2x the error of the straightforward implementation at the same precision (fa_half_reference_forward), run
 // on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward): the accumulation is float32
 // everywhere, so a float32-sized difference (tensor cores add in another order) is always allowed, and a reference
