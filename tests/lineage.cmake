@@ -3,7 +3,7 @@
 # lineage.tsv against its base and its diff budget, and that the docs' diff tables are the manifest's; its self-test
 # runs each check on a small tree with one mistake of each kind, so that a check that stopped catching them fails.
 if(Python3_Interpreter_FOUND)
-  foreach(check layers)
+  foreach(check layers check docs self-test)
     add_test(NAME lineage_${check} COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/lineage.py ${check}
                                            --root ${CMAKE_SOURCE_DIR})
     set_tests_properties(lineage_${check} PROPERTIES LABELS "lineage;cpu")
