@@ -27,6 +27,7 @@
 // (read along a row: consecutive float4s); q_tile and p_tile are read by 8 threads of one ty at the same address
 // (a broadcast).
 #include "fa_cuda_check.h"
+#include "fa_warp.cuh"   // FULL_WARP
 #include "fa_contract.h"
 #include "register_tiles.h"
 

@@ -14,13 +14,10 @@
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "fa_contract.h"
+#include "fa_baselines.h"   // phase 3 step 3 and naive attention with BLAS, the baseline rows
 #include "register_tiles.h"
 #include "tc_backward.h"
 #include "tensor_cores.h"
-#if FA_HAVE_BLAS
-#include "fa_baselines.h"
-#endif
 
 #include <limits.h>
 #include <stdio.h>
