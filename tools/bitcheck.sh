@@ -51,10 +51,11 @@ run() {
 
 shapes=("--B 2 --H 3 --S 70 --D 32" "--B 1 --H 2 --Sq 33 --Sk 77 --D 64 --causal" "--B 2 --H 2 --Sq 100 --Sk 60 --D 16 --causal"
         "--B 1 --H 2 --S 130 --D 128 --causal")
+phase2_head_dims=(32 64 64 64)   # phase 2 is one [N, d] head: its own shape beside each of the above
 for i in "${!shapes[@]}"; do
     read -ra s <<< "${shapes[$i]}"
     run "p1-s$i" phase1_naive "${s[@]}"
-    run "p2-s$i" phase2_online_softmax --Sq 75 --Sk 91 --D "${s[-1]/--causal/64}"
+    run "p2-s$i" phase2_online_softmax --Sq 75 --Sk 91 --D "${phase2_head_dims[$i]}"
     for step in 1 2 3; do run "p3-step$step-s$i" phase3_forward_4d --step "$step" "${s[@]}"; done
     for dq in deterministic atomic; do run "p4-$dq-s$i" phase4_backward --dq "$dq" --threads 1 "${s[@]}"; done
     for dtype in fp32 fp16 bf16; do
