@@ -322,10 +322,12 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
                REGTILE_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
-                                           fa_strides q_strides, const float *k, fa_strides k_strides,
-                                           const float *v, fa_strides v_strides, float *o, fa_strides o_strides,
-                                           float *lse) {
+extern "C" void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n,
+                                           const forward_tensors *t) {
+    const float *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_float4_rows("Q", q, q_strides);
     check_float4_rows("K", k, k_strides);
     check_float4_rows("V", v, v_strides);

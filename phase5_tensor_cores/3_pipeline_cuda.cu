@@ -308,9 +308,11 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
 }
 
 extern "C" void flash_forward_pipeline_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
-                                            const void *q, fa_strides q_strides, const void *k, fa_strides k_strides,
-                                            const void *v, fa_strides v_strides, float *o, fa_strides o_strides,
-                                            float *lse) {
+                                            const tc_forward_tensors *t) {
+    const void *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_rows("Q", q, q_strides, 2, 16);
     check_rows("K", k, k_strides, 2, 16);
     check_rows("V", v, v_strides, 2, 16);
