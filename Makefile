@@ -2,7 +2,7 @@
 #   make              configure, build, and run the class demo (every phase, CPU and GPU)
 #   make test         build and run every test (GPU tests report "skipped" on a machine without a GPU)
 #   make test-phase3  one phase's tests, big ones left out (also test-common, test-phase1..6, test-hardening,
-#                     test-tools, test-docs, test-gpu)
+#                     test-tools, test-docs, test-lineage, test-gpu)
 #   make test-big     the big tests make test leaves out (the 2^31-element runs and the largest shapes)
 #   make bench        the benchmark sweep (tools/), results in build/bench/
 #   make plots        figures from build/bench/results.csv
@@ -61,7 +61,7 @@ help:
 	@echo "make test         build and run every test but the big ones (GPU tests skip without a GPU)"
 	@echo "make test-big     the big tests alone (2^31-element runs: most of a 24 GiB machine's memory)"
 	@echo "make test-LABEL   one label's tests, big ones left out; LABEL is common, phase1 ... phase6,"
-	@echo "                  hardening, tools, docs or gpu (e.g. make test-phase3)"
+	@echo "                  hardening, tools, docs, lineage or gpu (e.g. make test-phase3)"
 	@echo "make sanitize     the CPU tests under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
 	@echo "make bench        the benchmark sweep (tools/), results in $(BUILD)/bench/"
 	@echo "make plots        figures from $(BUILD)/bench/results.csv"

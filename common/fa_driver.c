@@ -61,7 +61,7 @@ void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const f
 
 // Into the run's partial save folder (fa_save.h): published whole by fa_finish, or removed if the run stops early.
 // Rows run with options whose save_dir is NULL (phase 3's flipped causal rows) are not saved.
-static void save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
+void fa_save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
     const char *folder = fa_save_folder();
     if (!folder || !opt->save_dir) return;
     char path[4400], err[4600], lower[16];
@@ -72,7 +72,7 @@ static void save_tensor(const fa_options *opt, const char *name, const float *x,
     if (fa_npy_save(path, x, 4, ndim, dims, err, sizeof err) != 0) fa_die("%s", err);
 }
 
-static float *load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]) {
+float *fa_load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]) {
     char path[4096], err[600];
     snprintf(path, sizeof path, "%s/%s.npy", opt->load_dir, name);
     float *x = fa_npy_load_f32(path, 4, dims, err, sizeof err);
@@ -80,7 +80,8 @@ static float *load_tensor(const fa_options *opt, const char *name, const int64_t
     return x;
 }
 
-static void save_command(const fa_options *opt) {
+void fa_save_command(const fa_options *opt) {
+    if (!fa_save_folder() || !opt->save_dir) return;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -116,10 +117,10 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
     fa_dims_kv(s, dkv);
     memset(in, 0, sizeof *in);
     if (opt->load_dir) {
-        in->q = load_tensor(opt, "q", dq);
-        in->k = load_tensor(opt, "k", dkv);
-        in->v = load_tensor(opt, "v", dkv);
-        if (with_dout) in->dout = load_tensor(opt, "do", dq);
+        in->q = fa_load_tensor(opt, "q", dq);
+        in->k = fa_load_tensor(opt, "k", dkv);
+        in->v = fa_load_tensor(opt, "v", dkv);
+        if (with_dout) in->dout = fa_load_tensor(opt, "do", dq);
     } else {
         in->q = fa_alloc_floats(fa_numel_q(s), "Q");
         in->k = fa_alloc_floats(fa_numel_kv(s), "K");
@@ -146,12 +147,12 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
         fa_round_floats(in->v, fa_numel_kv(s), opt->dtype);
         if (in->dout) fa_round_floats(in->dout, fa_numel_q(s), opt->dtype);   // dO is a half input of the backward
     }
-    if (fa_save_folder() && opt->save_dir) {
-        save_command(opt);
-        save_tensor(opt, "q", in->q, dq);
-        save_tensor(opt, "k", in->k, dkv);
-        save_tensor(opt, "v", in->v, dkv);
-        if (in->dout) save_tensor(opt, "do", in->dout, dq);
+    if (opt->save_dir) {
+        fa_save_command(opt);
+        fa_save_tensor(opt, "q", in->q, dq);
+        fa_save_tensor(opt, "k", in->k, dkv);
+        fa_save_tensor(opt, "v", in->v, dkv);
+        if (in->dout) fa_save_tensor(opt, "do", in->dout, dq);
     }
 }
 
@@ -358,7 +359,7 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
             .reference_factor = out->reference_factor};
         fa_report_add_check(report, fa_verify_rows(check_label, out->name, out->host, out->want, out->dims,
                                                    out->heads ? out->heads : ref->heads, &rule));
-        save_tensor(opt, out->name, out->host, out->dims);
+        fa_save_tensor(opt, out->name, out->host, out->dims);
     }
     report->heads_checked = ref->heads_checked;
 

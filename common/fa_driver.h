@@ -39,7 +39,7 @@ typedef struct {
     const double *want;         // the oracle's answer
     double tolerance;           // relative to each row's scale (fa_rule)
     fa_row_bounds bounds;       // each row's scale and logit part (fa_oracle_magnitudes)
-    // FlashAttention's rule (fa_check_against_reference), where a straightforward implementation of the same step
+    // FlashAttention's rule (fa_verify_rows, fa_rule.reference), where a straightforward implementation of the same step
     // ran earlier in the report: the label of its check rows ("naive backward cpu") and the factor; NULL for none.
     const char *reference_label;
     double reference_factor;
@@ -102,6 +102,15 @@ int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head);
 // them when count >= BH); the others 0. fa_make_reference samples the heads it checks with it.
 void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count);
 
+// The pieces of --save-dir and --load-dir, for a driver whose inputs have shapes of their own (phase 6: GQA's K
+// and V are [B, H_kv, Sk, D]). fa_save_command writes opt->argv as command.txt and fa_save_tensor writes NAME.npy
+// (lower case; LSE as [B, H, Sq]) into the run's save folder (fa_save.h: published whole at fa_finish) when
+// --save-dir is set; fa_load_tensor reads NAME.npy from --load-dir and exits 2 with one line unless it holds exactly
+// dims.
+void fa_save_command(const fa_options *opt);
+void fa_save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]);
+float *fa_load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]);
+
 // Sets OpenMP's thread count for the CPU runs that follow.
 void fa_set_threads(int threads);
 
@@ -142,7 +151,7 @@ typedef struct {
 void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half);
 void fa_free_half_inputs(fa_half_inputs *half);
 
-// The half-precision check (DESIGN.md, "Precision"), FlashAttention's rule: a result passes when its error is at
+// The half-precision check (docs/architecture.md, "Conventions"), FlashAttention's rule: a result passes when its error is at
 // most 2x the error of the straightforward implementation at the same precision (fa_half_reference_forward), run
 // on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward and the row's logit part): the
 // accumulation is float32 everywhere, so a float32-sized difference (tensor cores add in another order) is always
