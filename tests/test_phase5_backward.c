@@ -44,6 +44,7 @@ typedef struct {
 static void make_problem(problem *p, const char *dtype, const char *D, int causal) {
     char *argv[] = {"test_phase5_backward", "--dtype", (char *)dtype, "--B", "2", "--H", "2", "--Sq", "130", "--Sk",
                     "100", "--D", (char *)D, "--causal", NULL};
+    memset(p, 0, sizeof *p);   // the rule's forward arrays stay NULL (fa_free_half_rule frees them all)
     fa_parse_options(causal ? 14 : 13, argv, &SPEC, &p->opt);
     fa_report_init(&p->report, SPEC.program, &p->opt);
     fa_make_inputs(&p->opt, 1, &p->in);

@@ -118,7 +118,7 @@ static void test_rule_case(const char *dtype, const char *causal, int step) {
     fa_make_inputs(&opt, 0, &in);
     fa_reference ref;
     fa_make_reference(&opt, &in, 0, &ref);
-    fa_half_rule rule;
+    fa_half_rule rule = {0};   // the backward arrays stay NULL (fa_free_half_rule frees them all)
     fa_make_half_rule(&report, &opt, &in, &ref, &rule);
     EXPECT(report.n_checks == 2 && report.checks[0].pass && report.checks[1].pass);   // the reference's own rows
     EXPECT(rule.max_o > 0.0 && rule.max_lse > 0.0);
