@@ -20,11 +20,11 @@ run() {   # run BINARY ARGS...: prints the command, then its output
 echo "\$ uptime"; uptime
 
 # Chapter 01 and README: the class demo (CPU rows), and the causal mask on one core.
-run phase1_naive --impl cpu
+run phase1_naive --impl cpu --threads 2
 run phase1_naive --impl cpu --threads 1 --B 1 --H 4 --S 2048
 run phase1_naive --impl cpu --threads 1 --B 1 --H 4 --S 2048 --causal
 # Chapter 05: the class demo's CPU row five times in a row, to show the spread on a machine shared with other jobs.
-for i in 1 2 3 4 5; do run phase1_naive --impl cpu --check-heads 1; done
+for i in 1 2 3 4 5; do run phase1_naive --impl cpu --threads 2 --check-heads 1; done
 # Chapter 02: the online softmax against naive, one head of 4096.
 run phase2_online_softmax --impl cpu --S 4096 --D 64 --iters 3
 # Chapter 03: phase 3 step 3 at B=1 H=8 S=4096 (non-causal and causal).
