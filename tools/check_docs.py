@@ -283,6 +283,24 @@ def markdown_lines(path):
             yield number, line, False
 
 
+def measured_tables(lines, is_measured, skip=()):
+    """(index of the first row, index past the last row, rows) of every Markdown table of measured numbers outside
+    code blocks and outside the line indices in skip; lines are (number, text, in_fence)."""
+    i = 0
+    while i < len(lines):
+        number, text, in_fence = lines[i]
+        if in_fence or i in skip or not text.lstrip().startswith("|"):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and not lines[j][2] and lines[j][1].lstrip().startswith("|"):
+            j += 1
+        table = [l[1] for l in lines[i:j]]
+        if len(table) >= 2 and re.match(r"^\s*\|?\s*:?-{3,}", table[1]) and is_measured(table):
+            yield i, j, table
+        i = j
+
+
 _anchor_cache = {}
 
 
@@ -458,28 +476,17 @@ class Checker:
     # -- rule 5: measured numbers name their machine and command -------------------------------------------------
     def check_tables(self, doc, lines):
         """lines: (number, text, in_fence) of the whole document."""
-        i = 0
-        while i < len(lines):
-            number, text, in_fence = lines[i]
-            is_row = not in_fence and text.lstrip().startswith("|")
-            if not is_row:
-                i += 1
-                continue
-            j = i
-            while j < len(lines) and not lines[j][2] and lines[j][1].lstrip().startswith("|"):
-                j += 1
-            table = [l[1] for l in lines[i:j]]
-            if len(table) >= 2 and re.match(r"^\s*\|?\s*:?-{3,}", table[1]) and self.is_measured(table):
-                context = [l[1] for l in lines[max(0, i - CONTEXT_LINES):i]] + [l[1] for l in lines[j:j + CONTEXT_LINES]]
-                words = " ".join(context)
-                spans = [m.group(2).strip() for m in CODE_SPAN.finditer(words)]
-                command = any(COMMAND_SPAN.match(s) for s in spans) or DATA_SHEET.search(words)
-                missing = [what for what, ok in (("the machine (a CPU or GPU model)", MACHINE_NAME.search(words)),
-                                                 ("the command (in backticks)", command)) if not ok]
-                if missing:
-                    self.fail(doc, number, "a table of measured numbers must name %s in the %d lines before or "
-                              "after it" % (" and ".join(missing), CONTEXT_LINES))
-            i = j
+        for i, j, table in measured_tables(lines, self.is_measured):
+            number = lines[i][0]
+            context = [l[1] for l in lines[max(0, i - CONTEXT_LINES):i]] + [l[1] for l in lines[j:j + CONTEXT_LINES]]
+            words = " ".join(context)
+            spans = [m.group(2).strip() for m in CODE_SPAN.finditer(words)]
+            command = any(COMMAND_SPAN.match(s) for s in spans) or DATA_SHEET.search(words)
+            missing = [what for what, ok in (("the machine (a CPU or GPU model)", MACHINE_NAME.search(words)),
+                                             ("the command (in backticks)", command)) if not ok]
+            if missing:
+                self.fail(doc, number, "a table of measured numbers must name %s in the %d lines before or "
+                          "after it" % (" and ".join(missing), CONTEXT_LINES))
 
     @staticmethod
     def is_measured(table):
@@ -582,34 +589,24 @@ class Checker:
             self.check_measured_text(doc, paragraph[0][0], text, logs or previous_logs)
             previous_logs = logs
         # Tables of measured numbers: every number in a cell after the first, in a log cited around the table.
-        i = 0
-        while i < len(lines):
-            number, text, in_fence = lines[i]
-            if in_fence or i in generated or not text.lstrip().startswith("|"):
-                i += 1
-                continue
-            j = i
-            while j < len(lines) and not lines[j][2] and lines[j][1].lstrip().startswith("|"):
-                j += 1
-            table = [l[1] for l in lines[i:j]]
-            if len(table) >= 2 and re.match(r"^\s*\|?\s*:?-{3,}", table[1]) and self.is_measured(table):
-                context = " ".join(l[1] for l in lines[max(0, i - CONTEXT_LINES):i] + lines[j:j + CONTEXT_LINES])
-                if not PUBLISHED.search(context):
-                    logs = self.cited_logs(doc, number, context)
-                    if not logs:
-                        self.fail(doc, number, "a table of measured numbers must cite the committed log it comes "
-                                               "from (a file under docs/figures/) in the %d lines around it, or be a "
-                                               "generated block" % CONTEXT_LINES)
-                    else:
-                        for row_number, row in zip(range(number + 2, number + len(table)), table[2:]):
-                            for cell in row.strip().strip("|").split("|")[1:]:
-                                cell = CODE_SPAN.sub("``", cell)
-                                for m in re.finditer(r"(?<![\w.=])(\d+(?:\.\d+)?)(?![\w.]*=)", cell):
-                                    if not self.found_in(m.group(1), logs):
-                                        self.fail(doc, row_number, "'%s' is in none of the logs cited around its "
-                                                  "table (%s)" % (m.group(1), ", ".join(
-                                                      os.path.relpath(l, self.root) for l in logs)))
-            i = j
+        for i, j, table in measured_tables(lines, self.is_measured, generated):
+            number = lines[i][0]
+            context = " ".join(l[1] for l in lines[max(0, i - CONTEXT_LINES):i] + lines[j:j + CONTEXT_LINES])
+            if not PUBLISHED.search(context):
+                logs = self.cited_logs(doc, number, context)
+                if not logs:
+                    self.fail(doc, number, "a table of measured numbers must cite the committed log it comes "
+                                           "from (a file under docs/figures/) in the %d lines around it, or be a "
+                                           "generated block" % CONTEXT_LINES)
+                else:
+                    for row_number, row in zip(range(number + 2, number + len(table)), table[2:]):
+                        for cell in row.strip().strip("|").split("|")[1:]:
+                            cell = CODE_SPAN.sub("``", cell)
+                            for m in re.finditer(r"(?<![\w.=])(\d+(?:\.\d+)?)(?![\w.]*=)", cell):
+                                if not self.found_in(m.group(1), logs):
+                                    self.fail(doc, row_number, "'%s' is in none of the logs cited around its "
+                                              "table (%s)" % (m.group(1), ", ".join(
+                                                  os.path.relpath(l, self.root) for l in logs)))
 
     # -- rule 7: generated blocks --------------------------------------------------------------------------------
     def generated_blocks(self, doc, lines):

@@ -108,3 +108,15 @@ def backward_products(path=BACKWARD_SOURCE):
     rows = re.findall(r"^//\s{5}(\S.*?=.*?)\s{2,}(\S.*?)\s{2,}(\S.*?)\s{2,}(ldmatrix\S*)", text, re.MULTILINE)
     constants = {name: int(value) for name, value in re.findall(r"^#define (\w+) (\d+)\b", text, re.MULTILINE)}
     return [tuple(x.strip() for x in row) for row in rows], constants
+
+
+def start_matplotlib():
+    """The figure scripts' start: matplotlib without a display, or None (and a "skipped" line) when it is not
+    installed; the scripts then exit 77, which ctest and the Makefile read as skipped."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("skipped: matplotlib is not installed (python3 -m pip install matplotlib)")
+        return None
+    matplotlib.use("Agg")
+    return matplotlib

@@ -19,7 +19,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_rules import backward_products, online_softmax_trace  # noqa: E402
+from kernel_rules import backward_products, online_softmax_trace, start_matplotlib  # noqa: E402
 
 
 def online_softmax(out):
@@ -171,12 +171,8 @@ def main(argv):
     if len(argv) != 1 or not os.path.isdir(argv[0]):
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        import matplotlib
-    except ImportError:
-        print("skipped: matplotlib is not installed (python3 -m pip install matplotlib)")
+    if start_matplotlib() is None:
         return 77
-    matplotlib.use("Agg")
     online_softmax(argv[0])
     pipeline(argv[0])
     backward_warps(argv[0])

@@ -13,7 +13,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_rules import KernelRules, bank_group, fragment_a, fragment_b, fragment_c  # noqa: E402
+from kernel_rules import (KernelRules, bank_group, fragment_a, fragment_b, fragment_c,  # noqa: E402
+                          start_matplotlib)
 
 def lane_colour(lane):
     """One colour per lane quad g = lane / 4 (the row a lane holds), lighter for t = 2, 3."""
@@ -119,12 +120,8 @@ def main(argv):
     if len(argv) != 1 or not os.path.isdir(argv[0]):
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        import matplotlib
-    except ImportError:
-        print("skipped: matplotlib is not installed (python3 -m pip install matplotlib)")
+    if start_matplotlib() is None:
         return 77
-    matplotlib.use("Agg")
     rules = KernelRules()
     fragments(rules, argv[0])
     swizzle_banks(rules, argv[0])

@@ -10,8 +10,12 @@ window_tile_stage() (phase6_extensions/extensions.h) give it, the varlen kernel'
 (varlen_q_tiles()), and split-KV's splits (splitkv_num_splits()); this script only draws what it prints.
 Needs matplotlib; exit status 0, 2 on a usage error, 77 (skipped) without matplotlib.
 """
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_rules import start_matplotlib  # noqa: E402
 
 COLOURS = {"F": "#4c9a5a", "D": "#e0a030", ".": "#e8e8e8", "-": "#c9d7ea"}
 NAMES = {"F": "computed, no mask", "D": "computed, masked element by element",
@@ -41,12 +45,8 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        import matplotlib
-    except ImportError:
-        print("skipped: matplotlib is not installed (python3 -m pip install matplotlib)")
+    if start_matplotlib() is None:
         return 77
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
     binary, out = argv
