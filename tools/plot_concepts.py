@@ -95,23 +95,28 @@ def pipeline(out):
         ax.add_patch(Rectangle((start, lane - 0.35), length, 0.7, facecolor=colours[kind], edgecolor="black", lw=0.7))
         ax.text(start + length / 2, lane, text, ha="center", va="center", fontsize=7)
 
-    # Step 2: every iteration copies its tile through registers, waits at a barrier, then computes.
+    # Step 2: every iteration waits until the previous tile is done with (a barrier), copies its tile through
+    # registers, waits at a second barrier until the copy is complete, then computes.
     ax, t = axes[0], 0
+    box(ax, 1, t, 1.4, "copy", "load Q")
+    t += 1.4
     for n in range(4):
-        box(ax, 1, t, 2, "copy", "load K, V tile %d" % n)
-        box(ax, 1, t + 2, 0.6, "wait", "sync")
-        box(ax, 0, t + 2.6, 3, "compute", "S, softmax, P V: tile %d" % n)
-        t += 5.6
-    ax.set_title("step 2 (2_mma_cuda.cu): load, __syncthreads(), compute, one after the other", fontsize=10)
+        box(ax, 1, t, 0.5, "wait", "sync")
+        box(ax, 1, t + 0.5, 2, "copy", "load K, V tile %d" % n)
+        box(ax, 1, t + 2.5, 0.5, "wait", "sync")
+        box(ax, 0, t + 3, 3, "compute", "S, softmax, P V: tile %d" % n)
+        t += 6
+    ax.set_title("step 2 (2_mma_cuda.cu): __syncthreads(), load, __syncthreads(), compute, one after the other",
+                 fontsize=10)
     # Step 3: the Q tile and tile 0 in one group; then per tile: wait + barrier, issue tile n + 1, compute tile n.
     ax, t = axes[1], 0
-    box(ax, 1, t, 2, "copy", "cp.async Q, K/V 0")
-    box(ax, 1, t + 2, 0.6, "wait", "wait, sync")
-    t += 2.6
+    box(ax, 1, t, 2.4, "copy", "cp.async Q, K/V 0")
+    box(ax, 1, t + 2.4, 0.9, "wait", "wait, sync")
+    t += 3.3
     for n in range(4):
         if n:
-            box(ax, 0, t, 0.6, "wait", "wait, sync")
-            t += 0.6
+            box(ax, 0, t, 0.9, "wait", "wait, sync")
+            t += 0.9
         if n < 3:
             box(ax, 1, t, 2, "copy", "cp.async K/V %d" % (n + 1))
         box(ax, 0, t, 3, "compute", "S, softmax, P V: tile %d" % n)
@@ -121,7 +126,7 @@ def pipeline(out):
     for ax in axes:
         ax.set_yticks([0, 1], ["tensor cores,\nsoftmax", "copies global ->\nshared memory"], fontsize=8)
         ax.set_ylim(-0.7, 1.7)
-        ax.set_xlim(0, 23)
+        ax.set_xlim(0, 26)
         ax.set_xticks([])
     axes[1].set_xlabel("order of events in one thread block (the kernels' own order; lengths are not measured)",
                        fontsize=8)
