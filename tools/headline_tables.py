@@ -126,8 +126,8 @@ def torch_row(log, label, D, causal):
 
 
 def table_readme(log):
-    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0], impl="cuda", B=4) for s in SHAPES}
-    step3 = {s: log.row("phase3_forward_4d", "step 3 (causal)" if s[1] else "step 3", s[1], D=s[0], impl="cuda")
+    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0]) for s in SHAPES}
+    step3 = {s: log.row("phase3_forward_4d", "step 3 (causal)" if s[1] else "step 3", s[1], D=s[0])
              for s in SHAPES}
     det = {s: log.row("phase4_backward", "backward det", s[1], D=s[0], dq="deterministic") for s in SHAPES}
     atomic = {s: log.row("phase4_backward", "backward atomic", s[1], D=s[0], dq="atomic") for s in SHAPES}
@@ -146,7 +146,7 @@ def table_readme(log):
 
 
 def table_naive(log):
-    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0], impl="cuda", B=4) for s in SHAPES}
+    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0]) for s in SHAPES}
     return [log.source("B=4, H=16, S=4096, float32; the float64 oracle checked 2 of the 64 heads"), "",
             "| B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|",
             "| naive cuda, ms | " + " | ".join(f"{ms(naive[s]):.1f}" for s in SHAPES) + " |",
@@ -155,8 +155,8 @@ def table_naive(log):
 
 
 def table_forward(log):
-    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0], impl="cuda", B=4) for s in SHAPES}
-    step3 = {s: log.row("phase3_forward_4d", "step 3 (causal)" if s[1] else "step 3", s[1], D=s[0], impl="cuda")
+    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0]) for s in SHAPES}
+    step3 = {s: log.row("phase3_forward_4d", "step 3 (causal)" if s[1] else "step 3", s[1], D=s[0])
              for s in SHAPES}
     out = [log.source("`--impl cuda --step 3 --B 4 --H 16 --S 4096`, default `64x32` tiles, float32"), "",
            "| D | non-causal ms (TFLOP/s) | causal ms (TFLOP/s) | causal / non-causal | naive, for comparison |",
