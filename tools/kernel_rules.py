@@ -2,7 +2,8 @@
 """kernel_rules.py - the tensor-core kernel's own index rules, read out of its source, for the figures and their test.
 
 The figures of the swizzle, of ldmatrix's lane-to-address map and of the mma fragments must show what the kernel does,
-not a drawing of it. So this module reads phase5_tensor_cores/3_pipeline_cuda.cu: its #define constants, the body of
+not a drawing of it. So this module reads phase5_tensor_cores/3_pipeline_cuda.cu (and the constants of
+common/fa_mma.cuh, which the tensor-core steps share): its #define constants, the body of
 swizzle(), and the expressions from which each lane computes the row and chunk it passes to ldmatrix, and evaluates
 them (C integer arithmetic on non-negative values: `/` is Python's `//`). tests/test_kernel_rules.py checks what they
 promise (the swizzle is a permutation of each row's chunks, one ldmatrix matrix reads 8 different bank groups, the
@@ -14,15 +15,28 @@ Standard library only.
 import os
 import re
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "phase5_tensor_cores", "3_pipeline_cuda.cu")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SOURCE = os.path.join(ROOT, "phase5_tensor_cores", "3_pipeline_cuda.cu")
+# The PTX helpers and the fragment constants (WARP_ROWS, MMA_N, MMA_K, CHUNK) the tensor-core steps share.
+SHARED_HEADERS = [os.path.join(ROOT, "common", "fa_mma.cuh"), os.path.join(ROOT, "common", "fa_warp.cuh")]
+
+
+def defines(paths):
+    """The integer #define constants of these files (a file that does not exist is skipped)."""
+    constants = {}
+    for path in paths:
+        if os.path.exists(path):
+            with open(path) as f:
+                constants.update({name: int(value) for name, value in
+                                  re.findall(r"^#define (\w+) (\d+)\b", f.read(), re.MULTILINE)})
+    return constants
 
 
 class KernelRules:
     def __init__(self, path=SOURCE):
         with open(path) as f:
             self.text = f.read()
-        self.constants = {name: int(value) for name, value in
-                          re.findall(r"^#define (\w+) (\d+)\b", self.text, re.MULTILINE)}
+        self.constants = defines(SHARED_HEADERS + [path])
         m = re.search(r"int swizzle\(int row, int chunk\) \{\s*return (.*?);\s*\}", self.text, re.DOTALL)
         if not m:
             raise ValueError("swizzle() not found in " + path)
@@ -106,7 +120,7 @@ def backward_products(path=BACKWARD_SOURCE):
     with open(path) as f:
         text = f.read()
     rows = re.findall(r"^//\s{5}(\S.*?=.*?)\s{2,}(\S.*?)\s{2,}(\S.*?)\s{2,}(ldmatrix\S*)", text, re.MULTILINE)
-    constants = {name: int(value) for name, value in re.findall(r"^#define (\w+) (\d+)\b", text, re.MULTILINE)}
+    constants = defines(SHARED_HEADERS + [path])
     return [tuple(x.strip() for x in row) for row in rows], constants
 
 

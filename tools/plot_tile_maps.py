@@ -4,8 +4,8 @@
 
     python3 tools/plot_tile_maps.py build/bin/tile_maps docs/figures/tile_maps.png
 
-The figure is made from the rules the kernels use: tools/tile_maps (built from tools/tile_maps.c) prints, for every
-(Q tile, K tile) pair, the stage that causal_tile_stage() (phase3_forward_4d/forward4d.h) or window_first_tile() and
+The figure is made from the rules the kernels use: build/bin/tile_maps (built from phase6_extensions/tile_maps.c) prints, for every
+(Q tile, K tile) pair, the stage that causal_tile_stage() (common/fa_contract.h) or window_first_tile() and
 window_tile_stage() (phase6_extensions/extensions.h) give it, the varlen kernel's tiles sequence by sequence
 (varlen_q_tiles()), and split-KV's splits (splitkv_num_splits()); this script only draws what it prints.
 Needs matplotlib; exit status 0, 2 on a usage error, 77 (skipped) without matplotlib.
@@ -82,7 +82,7 @@ def main(argv):
     ax.set_title("split-KV decoding, Sk = %d\n%s" % (S_k, summary), fontsize=9)
     fig.legend(handles=[Patch(facecolor=COLOURS[s], label=NAMES[s]) for s in "FD.-"], loc="lower center", ncol=4,
                frameon=False, fontsize=9)
-    fig.suptitle("Which (Q tile, K tile) pairs each kernel visits: tools/tile_maps, from the kernels' own tile rules",
+    fig.suptitle("Which (Q tile, K tile) pairs each kernel visits: build/bin/tile_maps, from the kernels' own tile rules",
                  fontsize=11)
     fig.tight_layout(rect=(0, 0.07, 1, 0.94))
     fig.savefig(out, dpi=80)
