@@ -79,6 +79,18 @@ template <int BLOCKS> __device__ __forceinline__ void keep_in_registers(float d[
         for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[b][e])::"memory");
 }
 
+// --- Registers between warp roles --------------------------------------------------------------------------------
+// setmaxnreg moves registers between the warpgroups of a block: a warpgroup that needs few (a producer that only
+// issues copies) gives them back with .dec, one that needs many (a consumer holding S, P and O) takes them with .inc.
+// The count is per thread, a multiple of 8 from 24 to 256; every thread of the warpgroup executes it. It needs a
+// register cap at the kernel's entry (__launch_bounds__ with a minimum of 1 block per SM).
+template <int REGISTERS> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+}
+template <int REGISTERS> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+}
+
 // --- wgmma.mma_async.m64n64k16: D (64 x 64, float32) += A (64 x 16) * B (16 x 64), fp16 or bf16 -------------------
 //
 // The accumulator D, per warpgroup: warp w (0-3) holds rows 16w .. 16w + 15, and inside the warp lane 4g + t holds
