@@ -162,6 +162,7 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
         float s[KEY_BLOCKS][4];
 #pragma unroll
         for (int kb = 0; kb < KEY_BLOCKS; kb++) s[kb][0] = s[kb][1] = s[kb][2] = s[kb][3] = 0.0f;
+        keep_in_registers<KEY_BLOCKS>(s);
         wgmma_fence();
 #pragma unroll
         for (int ds = 0; ds < D_STEPS; ds++) {
@@ -237,6 +238,7 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
             p_frag[ks][2] = pack_pair(s[2 * ks + 1][0], s[2 * ks + 1][1], T());
             p_frag[ks][3] = pack_pair(s[2 * ks + 1][2], s[2 * ks + 1][3], T());
         }
+        keep_in_registers<D_BLOCKS>(o_acc);
         wgmma_fence();   // o_acc was rescaled and p_frag written by ordinary instructions
 #pragma unroll
         for (int ks = 0; ks < KEY_STEPS; ks++)

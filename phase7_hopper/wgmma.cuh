@@ -7,6 +7,9 @@
 // on issuing instructions while the tensor cores work, and wait for the result only when they need it.
 //
 // The protocol, in this order, around every batch of wgmmas:
+//   keep_in_registers()    the accumulators are pinned in their registers before the batch too: otherwise the
+//                          compiler may move them between wgmmas, and then has to insert fences of its own ("warpgroup.
+//                          arrive is injected", ptxas says), which serialise the batch;
 //   wgmma_fence()          the registers the wgmmas read or accumulate into were written by ordinary instructions
 //                          (the softmax rescaling O, P packed into registers): make those writes visible first;
 //   wgmma_m64n64k16_*()    issue the products (they queue up);
@@ -77,6 +80,13 @@ template <int BLOCKS> __device__ __forceinline__ void keep_in_registers(float d[
     for (int b = 0; b < BLOCKS; b++)
 #pragma unroll
         for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[b][e])::"memory");
+}
+// The same for an A operand in registers that a wgmma still in flight reads (step 4): kept where it is until the wait.
+template <int BLOCKS> __device__ __forceinline__ void keep_in_registers(uint32_t a[BLOCKS][4]) {
+#pragma unroll
+    for (int b = 0; b < BLOCKS; b++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(a[b][e])::"memory");
 }
 
 // --- Registers between warp roles --------------------------------------------------------------------------------
