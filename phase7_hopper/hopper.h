@@ -7,8 +7,8 @@
 //                       reports to an mbarrier), a ring of K/V buffers; one __grid_constant__ parameter struct.
 //   step 3 (3_warp_specialized_*): + a producer warpgroup that only issues copies and two consumer warpgroups that
 //                       only compute, "empty" barriers instead of a block-wide barrier, setmaxnreg.
-//   step 4 (4_overlap_*): + each consumer keeps two tiles in flight: tile n's softmax runs while the tensor cores
-//                       compute tile n - 1's P V.
+//   step 4 (4_pingpong_*): + the two consumer warpgroups take turns on the tensor cores (named barriers): one's
+//                       softmax runs while the other's products do.
 //
 // Types and layouts as phase 5's (tensor_cores.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -39,7 +39,7 @@ void flash_forward_warp_specialized_cuda(const fa_shape *shape, int dtype, int b
                                          fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
                                          fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
 
-void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
+void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
                                 fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
                                 fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
 

@@ -18,7 +18,7 @@ static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) softmax overlapped with the products; beside phase 5 step 3 (mma.sync) "
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups; beside phase 5 step 3 (mma.sync) "
                "on the same input.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
@@ -62,9 +62,9 @@ static void run_warp_specialized_cuda(void *p) {
     flash_forward_warp_specialized_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k,
                                         a->kv_strides, a->v, a->kv_strides, a->o, a->q_strides, a->lse);
 }
-static void run_overlap_cuda(void *p) {
+static void run_pingpong_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_overlap_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
+    flash_forward_pingpong_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
                                a->v, a->kv_strides, a->o, a->q_strides, a->lse);
 }
 #else
@@ -72,7 +72,7 @@ static void run_overlap_cuda(void *p) {
 #define run_wgmma_cuda NULL
 #define run_tma_cuda NULL
 #define run_warp_specialized_cuda NULL
-#define run_overlap_cuda NULL
+#define run_pingpong_cuda NULL
 #endif
 
 // The rows, in the order they are printed. step 0: the baseline, run whatever --step says.
@@ -95,7 +95,7 @@ static const row_kind ROWS[] = {
      HOPPER_CUDA_TILES_TEXT},
     {"step 3 warp roles", 3, NULL, run_warp_specialized_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
-    {"step 4 overlap", 4, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+    {"step 4 ping-pong", 4, NULL, run_pingpong_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);

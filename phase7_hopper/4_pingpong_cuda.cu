@@ -1,16 +1,17 @@
-// 4_overlap_cuda.cu - phase 7, step 4, on the GPU: the softmax of one tile runs while the tensor cores work on the
-// products of its neighbours; fp16 or bf16 inputs.
+// 4_pingpong_cuda.cu - phase 7, step 4, on the GPU: ping-pong. The two consumer warpgroups take turns on the tensor
+// cores, so that the softmax of one runs while the products of the other do; fp16 or bf16 inputs.
 //
 // What it changes against step 3 (phase7_hopper/3_warp_specialized_cuda.cu):
-//   - each consumer warpgroup keeps two tiles in flight. For tile n it issues S_n = Q K_n^T and, behind it,
-//     O += P_{n-1} V_{n-1}; it waits for S_n only (wgmma_wait<1>: the older group is done, one may still run), runs
-//     the mask and the online softmax of tile n while the tensor cores finish P_{n-1} V_{n-1}, then waits for that,
-//     frees buffer n - 1, rescales O and moves P_n into place. In step 3 the tensor cores sat idle during every
-//     softmax, and the exp2 units during every product;
-//   - the tile's three stages are now three small functions (issue_scores, softmax_tile, issue_values), because the
-//     first and the last tile enter and leave the pipeline on their own.
+//   - each consumer iteration is one "tensor phase" and one "softmax phase". The tensor phase issues tile n's
+//     S = Q K^T and, behind it, tile n - 1's O += P V (the three stages are now small functions: issue_scores,
+//     issue_values, softmax_tile), and waits for both; the softmax phase then turns S_n into P_n.
+//   - two named barriers order the tensor phases: a warpgroup waits for its turn (named_barrier_sync) before issuing,
+//     and hands the turn to the other (named_barrier_arrive) right after. So the tensor cores run warpgroup 0's
+//     products while warpgroup 1 computes exp2s, then the other way round. In step 3 both warpgroups ran freely
+//     and often reached the tensor cores, and the exp2 units, at the same time.
+//   - the number of K tiles is counted once (tiles_to_visit) by both roles: the turns must pair up exactly.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same sums in the same order per tile; only when they run moved)
-// Diff:      diff -u phase7_hopper/3_warp_specialized_cuda.cu phase7_hopper/4_overlap_cuda.cu
+// Diff:      diff -u phase7_hopper/3_warp_specialized_cuda.cu phase7_hopper/4_pingpong_cuda.cu
 // Run:       build/bin/phase7_hopper --impl cuda --step 4 --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-n 128
 //
 // Needs sm_90a (an H100 or H200): built only for it. Thread mapping: block = 1 + BLOCK_M / 64 warpgroups; consumer
@@ -41,6 +42,8 @@
 #define WARPGROUP_THREADS 128
 #define PRODUCER_REGISTERS 24    // setmaxnreg: what the producer keeps (it holds a few indices and addresses)
 #define CONSUMER_REGISTERS 240   // and what each consumer thread gets: 24 + 2 x 240 = 504 <= 65536 / 128 threads
+#define TURN_BARRIER 1           // named barriers 1 and 2: consumer warpgroup c's turn on the tensor cores (0 is
+                                 // __syncthreads')
 
 // ---------------------------------------------------------------------------------------------------------------
 // The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; TMA and mbarriers in tma.cuh; P's packing
@@ -72,6 +75,25 @@ typedef struct {
     int causal;
 } forward_params;
 
+// How many K tiles the block visits: up to the end of K or, causal, up to the first tile in the future.
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ int64_t tiles_to_visit(const forward_params &p, int64_t q_start) {
+    int64_t n = 0;
+    while (n * BLOCK_N < p.S_k &&
+           causal_tile_stage(p.causal, q_start, n * BLOCK_N, BLOCK_M, BLOCK_N, p.S_q, p.S_k) != TILE_FUTURE)
+        n++;
+    return n;
+}
+
+// Named barriers: bar.sync waits until `threads` threads have reached barrier `id` (counting those that only
+// arrive); bar.arrive counts this thread and goes on. One warpgroup syncs while the other arrives: 256 threads.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // The producer: one thread asks the copy engine for the Q tile, then for every K/V tile the block needs, in order.
 // Tile n goes into ring buffer n % STAGES, once the consumers have emptied it (from its second use on: the
 // (n / STAGES - 1)-th completion of its "empty" barrier), announced on its "landed" barrier.
@@ -84,8 +106,8 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
     for (int c = 0; c < D / ATOM_HALVES; c++)
         tma_load_4d(q_tile + c * BLOCK_M * ATOM_HALVES, &p.q_map, c * ATOM_HALVES, (int)q_start, (int)h, (int)b,
                     q_landed);
-    for (int64_t k_start = 0, n = 0; k_start < p.S_k; k_start += BLOCK_N, n++) {
-        if (causal_tile_stage(p.causal, q_start, k_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k) == TILE_FUTURE) break;
+    const int64_t n_tiles = tiles_to_visit<BLOCK_M, BLOCK_N>(p, q_start);
+    for (int64_t n = 0, k_start = 0; n < n_tiles; n++, k_start += BLOCK_N) {
         const int buffer = (int)(n % STAGES);
         if (n >= STAGES) mbarrier_wait(&kv_empty[buffer], (uint32_t)(n / STAGES - 1) % 2);
         mbarrier_arrive_expect_tx(&kv_landed[buffer], 2 * BLOCK_N * D * sizeof(T));
@@ -204,7 +226,7 @@ __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4],
 // The 1 in __launch_bounds__ gives the kernel a register cap at entry, which setmaxnreg needs.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__((BLOCK_M / WARPGROUP_ROWS + 1) * WARPGROUP_THREADS, 1)
-flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
+flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S (one accumulator fragment each)
     constexpr int KEY_STEPS = BLOCK_N / MMA_K;    // wgmma steps of O += P V along the keys
     constexpr int D_BLOCKS = D / MMA_N;           // 8-dimension column blocks of O (one accumulator fragment each)
@@ -264,55 +286,42 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
 
-    // The pipeline fills with tile 0: its scores, waited for, and its softmax (O is still 0: no rescaling). Tile 0
-    // always exists and is never in the future (row q_start sees key 0).
+    // Iteration n: the tensor phase computes tile n's scores (when n < n_tiles) and tile n - 1's P V (when n > 0),
+    // the softmax phase tile n's P. Warpgroup 0 takes the first turn: warpgroup 1 gives it.
+    const int64_t n_tiles = tiles_to_visit<BLOCK_M, BLOCK_N>(p, q_start);
+    constexpr int TURN_THREADS = 2 * WARPGROUP_THREADS;
+    if (warpgroup == 1) named_barrier_arrive(TURN_BARRIER, TURN_THREADS);
     float s[KEY_BLOCKS][4], alpha[2];
-    uint32_t p_frag[KEY_STEPS][4], p_next[KEY_STEPS][4];   // P of the tile whose P V is in flight, and of the next
-    mbarrier_wait(&kv_landed[0], 0);
-    issue_scores<T, D, BLOCK_M, BLOCK_N>(s, q_rows, k_tiles);
-    wgmma_wait<0>();
-    keep_in_registers<KEY_BLOCKS>(s);
-    softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, alpha,
-                             causal_tile_stage(causal, q_start, 0, BLOCK_M, BLOCK_N, S_q, S_k), 0, row_g, S_k, qk_scale, t);
+    uint32_t p_frag[KEY_STEPS][4];
+    for (int64_t n = 0, k_start = 0; n <= n_tiles; n++, k_start += BLOCK_N) {
+        // Tile n lands in buffer n % STAGES, the (n / STAGES)-th time that buffer fills: that parity of its barrier.
+        const int buffer = (int)(n % STAGES), previous = (int)((n + STAGES - 1) % STAGES);
+        named_barrier_sync(TURN_BARRIER + warpgroup, TURN_THREADS);   // this warpgroup's turn
+        if (n < n_tiles) {
+            mbarrier_wait(&kv_landed[buffer], (uint32_t)(n / STAGES) % 2);
+            issue_scores<T, D, BLOCK_M, BLOCK_N>(s, q_rows, k_tiles + buffer * TILE);
+        }
+        if (n > 0) issue_values<T, D, BLOCK_N>(o_acc, p_frag, v_tiles + previous * TILE);
+        // The other warpgroup's turn: its products queue behind these while this one waits and computes the softmax.
+        // (Warpgroup 1's last turn is handed to nobody: warpgroup 0 has finished.)
+        if (warpgroup == 0 || n < n_tiles) named_barrier_arrive(TURN_BARRIER + 1 - warpgroup, TURN_THREADS);
+        wgmma_wait<0>();
+        keep_in_registers<KEY_BLOCKS>(s);
+        keep_in_registers<D_BLOCKS>(o_acc);
+        keep_in_registers<KEY_STEPS>(p_frag);
+        // This thread's warpgroup has read buffer n - 1: the producer may refill it.
+        if (n > 0) mbarrier_arrive(&kv_empty[previous]);
+        if (n == n_tiles) break;
 
-    int64_t n = 1;   // the tile whose scores are computed; tile n - 1's P V runs beside them
-    for (int64_t k_start = BLOCK_N; k_start < S_k; k_start += BLOCK_N, n++) {
         // The three causal stages, as in phase 3; the stage depends on the block's indices only.
         const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        if (stage == TILE_FUTURE) break;
-        // Tile n lands in buffer n % STAGES, the (n / STAGES)-th time that buffer fills: that parity of its barrier.
-        const int buffer = (int)(n % STAGES), previous = (int)((n - 1) % STAGES);
-        mbarrier_wait(&kv_landed[buffer], (uint32_t)(n / STAGES) % 2);
-
-        // Two groups in flight: S_n first, then P_{n-1} V_{n-1}. Waiting until at most one is pending waits for S_n.
-        issue_scores<T, D, BLOCK_M, BLOCK_N>(s, q_rows, k_tiles + buffer * TILE);
-        issue_values<T, D, BLOCK_N>(o_acc, p_frag, v_tiles + previous * TILE);
-        wgmma_wait<1>();
-        keep_in_registers<KEY_BLOCKS>(s);
-        // Tile n's softmax, while the tensor cores add P_{n-1} V_{n-1} into O.
-        softmax_tile<T, BLOCK_N>(s, p_next, m_i, l_i, alpha, stage, k_start, row_g, S_k, qk_scale, t);
-        wgmma_wait<0>();
-        keep_in_registers<D_BLOCKS>(o_acc);
-        keep_in_registers<KEY_STEPS>(p_frag);   // the wgmmas read p_frag until here: its registers stay untouched
-        // This thread's warpgroup has read buffer n - 1: the producer may refill it.
-        mbarrier_arrive(&kv_empty[previous]);
-        // O now holds every tile before n, relative to the old max: alpha moves it to tile n's.
+        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, alpha, stage, k_start, row_g, S_k, qk_scale, t);
+        // O holds every tile before n, relative to the old max: alpha moves it to tile n's (a no-op for n = 0).
 #pragma unroll
         for (int db = 0; db < D_BLOCKS; db++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o_acc[db][e] *= alpha[e / 2];
-#pragma unroll
-        for (int ks = 0; ks < KEY_STEPS; ks++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) p_frag[ks][e] = p_next[ks][e];
     }
-    // The pipeline drains: the last tile's P V.
-    const int last = (int)((n - 1) % STAGES);
-    issue_values<T, D, BLOCK_N>(o_acc, p_frag, v_tiles + last * TILE);
-    wgmma_wait<0>();
-    keep_in_registers<D_BLOCKS>(o_acc);
-    keep_in_registers<KEY_STEPS>(p_frag);
-    mbarrier_arrive(&kv_empty[last]);
 
     // One division per row, at the very end, and the row's log-sum-exp. Every lane of a quad holds the same m_i and
     // l_i; lane t stores dimensions 8db + 2t and 8db + 2t + 1 of its two rows.
@@ -346,7 +355,7 @@ static void check_rows(const char *name, const void *x, fa_strides strides, int 
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, const void *k, fa_strides k_strides,
                    const void *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
-    auto kernel = flash_forward_overlap_kernel<T, D, BLOCK_M, BLOCK_N>;
+    auto kernel = flash_forward_pingpong_kernel<T, D, BLOCK_M, BLOCK_N>;
     const int smem_bytes = (int)flash_forward_warp_specialized_cuda_smem_bytes(D, BLOCK_M, BLOCK_N);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
@@ -393,9 +402,9 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                           fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+extern "C" void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
+                                            fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
+                                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
     check_rows("Q", q, q_strides, 2, 16);
     check_rows("K", k, k_strides, 2, 16);
     check_rows("V", v, v_strides, 2, 16);
