@@ -43,6 +43,10 @@ void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, 
                                 fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
                                 fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
 
+void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
+                                fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
+                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+
 #define HOPPER_CUDA_TILES_TEXT "64x64, 128x64 or 128x128"
 static inline int hopper_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 64 && block_n == 64) || (block_m == 128 && (block_n == 64 || block_n == 128));

@@ -23,7 +23,7 @@ static const fa_cli_spec SPEC = {
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
     .default_block_n = 64,
-    .max_step = 4,
+    .max_step = 5,
     .cuda_head_dims = CUDA_HEAD_DIMS,
     .has_dtype = 1,
 };
@@ -62,6 +62,11 @@ static void run_warp_specialized_cuda(void *p) {
     flash_forward_warp_specialized_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k,
                                         a->kv_strides, a->v, a->kv_strides, a->o, a->q_strides, a->lse);
 }
+static void run_overlap_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_overlap_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
+                               a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+}
 static void run_pingpong_cuda(void *p) {
     const row_args *a = p;
     flash_forward_pingpong_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
@@ -73,6 +78,7 @@ static void run_pingpong_cuda(void *p) {
 #define run_tma_cuda NULL
 #define run_warp_specialized_cuda NULL
 #define run_pingpong_cuda NULL
+#define run_overlap_cuda NULL
 #endif
 
 // The rows, in the order they are printed. step 0: the baseline, run whatever --step says.
@@ -96,6 +102,8 @@ static const row_kind ROWS[] = {
     {"step 3 warp roles", 3, NULL, run_warp_specialized_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
     {"step 4 ping-pong", 4, NULL, run_pingpong_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+    {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
