@@ -24,7 +24,7 @@
 #include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include <stdlib.h>
 

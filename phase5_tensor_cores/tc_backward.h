@@ -1,6 +1,6 @@
 // tc_backward.h - phase 5, step 4: the backward pass on tensor cores, fp16 or bf16 inputs, float32 accumulation.
 //
-// Phase 4's algorithm (phase4_backward/backward.h) with every product on mma.m16n8k16:
+// Phase 4's algorithm (common/fa_baselines.h) with every product on mma.m16n8k16:
 //   1. preprocess:  Delta_i = rowsum(dO * O)_i, float32, from the forward's float32 O and the half dO
 //   2. dK/dV pass:  one program per K/V tile, one warp per 16 keys, walking the Q tiles (causal: from the diagonal
 //                   on). Per Q tile it recomputes S^T = K Q^T and P^T = exp(scale S^T - LSE) in float32, then

@@ -27,22 +27,26 @@
 extern "C" {
 #endif
 
+// The tensors of one forward call of steps 2 and 3 (the half twin of forward_tensors, common/fa_contract.h). CPU
+// functions take host pointers, CUDA functions device pointers.
+typedef struct {
+    const void *q, *k, *v;       // dtype: q [B, H, Sq, D], k and v [B, H, Sk, D]
+    fa_strides q_strides, k_strides, v_strides;
+    float *o;                    // float32 [B, H, Sq, D]
+    fa_strides o_strides;
+    float *lse;                  // float32 [B, H, Sq], contiguous
+} tc_forward_tensors;
+
 // --- Step 2: mma.sync and ldmatrix. tiles_visited may be NULL, else receives the (Q tile, K tile) pairs processed.
-void flash_forward_mma_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const uint16_t *q,
-                           fa_strides q_strides, const uint16_t *k, fa_strides k_strides, const uint16_t *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, int64_t *tiles_visited);
-void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                            fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_mma_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_forward_tensors *t,
+                           int64_t *tiles_visited);
+void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_forward_tensors *t);
 
 // --- Step 3: swizzle, cp.async pipeline, exp2 with the scale folded in. -------------------------------------------
-void flash_forward_pipeline_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const uint16_t *q,
-                                fa_strides q_strides, const uint16_t *k, fa_strides k_strides, const uint16_t *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse,
-                                int64_t *tiles_visited);
-void flash_forward_pipeline_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                 fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                 fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_pipeline_cpu(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                const tc_forward_tensors *t, int64_t *tiles_visited);
+void flash_forward_pipeline_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                 const tc_forward_tensors *t);
 
 // Bytes of working memory one CPU thread needs (its tiles); one copy per step file, like phase 3.
 int64_t flash_forward_mma_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
