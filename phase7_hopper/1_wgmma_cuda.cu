@@ -21,8 +21,10 @@
 // owns query rows q_start + 64wg .. + 63 and warp w of the block rows q_start + 16w .. 16w + 15, as in phase 5; lane
 // L of a warp is "g = L / 4, t = L % 4" in every fragment.
 #include "fa_cuda_check.h"
+#include "fa_mma.cuh"    // pack_pair, cp.async, the sizes of one mma (wgmma keeps its fragments)
+#include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 #include "hopper.h"
 #include "wgmma.cuh"
 
@@ -32,41 +34,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WARP_SIZE 32
-#define FULL_MASK 0xffffffffu
-#define WARP_ROWS 16        // query rows per warp: a quarter of the 64 rows of a warpgroup's wgmma
 #define WARPGROUP_ROWS 64   // query rows per warpgroup: the M of wgmma.m64n64k16
 #define WGMMA_N 64          // columns of one wgmma's output: 64 keys (S = Q K^T) or 64 dimensions (O += P V)
-#define MMA_N 8             // columns of one accumulator fragment d[j] (wgmma.cuh)
-#define MMA_K 16            // the sum inside one wgmma: 16 dimensions (S = Q K^T) or 16 keys (O += P V)
-#define CHUNK 8             // halves in 16 bytes: one cp.async
 
 // ---------------------------------------------------------------------------------------------------------------
-// The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; P's packing and cp.async as in phase 5.
-
-// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
-
-// cp.async.cg: copies 16 bytes from global to shared memory without passing through registers, asynchronously; with
-// src_bytes = 0 it writes 16 zero bytes and reads nothing (rows past the end of the tensor).
-__device__ __forceinline__ void cp_async_16(void *shared_destination, const void *global_source, int src_bytes) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared_destination);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global_source), "r"(src_bytes));
-}
-// Closes the group of cp.async issued so far by this thread; wait_all then waits until all of its groups have landed.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; P's packing and cp.async in fa_mma.cuh.
 
 // ---------------------------------------------------------------------------------------------------------------
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a [ROWS][D] tile in shared
@@ -208,8 +180,8 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
             float m_tile = -INFINITY;
 #pragma unroll
             for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
-            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 1));
-            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 2));
+            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
+            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -227,8 +199,8 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
             }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 1);
-            row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 2);
+            row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 1);
+            row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 2);
             l_i[r] = l_i[r] * alpha[r] + row_sum[r];
         }
 #pragma unroll
@@ -299,7 +271,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
     const float qk_scale = shape->scale * LOG2E;
     const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // forward4d.h: the grid limit
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M / WARP_ROWS * WARP_SIZE, smem_bytes>>>(
             static_cast<const T *>(q), q_strides, static_cast<const T *>(k), k_strides, static_cast<const T *>(v),
             v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first, shape->scale, qk_scale,
@@ -338,9 +310,12 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                         fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                         fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+extern "C" void flash_forward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                         const tc_forward_tensors *t) {
+    const void *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_rows("Q", q, q_strides, 2, 16);
     check_rows("K", k, k_strides, 2, 16);
     check_rows("V", v, v_strides, 2, 16);

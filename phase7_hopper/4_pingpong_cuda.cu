@@ -18,8 +18,10 @@
 // warpgroup c (warpgroup c + 1 of the block) owns query rows q_start + 64c .. + 63 and its warp w rows
 // q_start + 64c + 16w .. + 15; lane L of a warp is "g = L / 4, t = L % 4" in every fragment.
 #include "fa_cuda_check.h"
+#include "fa_mma.cuh"    // pack_pair, cp.async, the sizes of one mma (wgmma keeps its fragments)
+#include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 #include "hopper.h"
 #include "tma.cuh"
 #include "wgmma.cuh"
@@ -30,14 +32,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WARP_SIZE 32
-#define FULL_MASK 0xffffffffu
-#define WARP_ROWS 16        // query rows per warp: a quarter of the 64 rows of a warpgroup's wgmma
 #define WARPGROUP_ROWS 64   // query rows per warpgroup: the M of wgmma.m64n64k16
 #define WGMMA_N 64          // columns of one wgmma's output: 64 keys (S = Q K^T) or 64 dimensions (O += P V)
-#define MMA_N 8             // columns of one accumulator fragment d[j] (wgmma.cuh)
-#define MMA_K 16            // the sum inside one wgmma: 16 dimensions (S = Q K^T) or 16 keys (O += P V)
-#define CHUNK 8             // halves in 16 bytes: one chunk of a swizzle atom's row
 #define STAGES 2            // K/V buffers in the ring
 #define WARPGROUP_THREADS 128
 #define PRODUCER_REGISTERS 24    // setmaxnreg: what the producer keeps (it holds a few indices and addresses)
@@ -47,21 +43,7 @@
 
 // ---------------------------------------------------------------------------------------------------------------
 // The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; TMA and mbarriers in tma.cuh; P's packing
-// as in phase 5.
-
-// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
+// in fa_mma.cuh.
 
 // Everything one launch needs, passed as one __grid_constant__ parameter: the tensor maps of Q, K and V (TMA reads
 // them from parameter space), then the outputs and the problem.
@@ -187,8 +169,8 @@ __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4],
         float m_tile = -INFINITY;
 #pragma unroll
         for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
-        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 1));
-        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 2));
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
         const float m_new = fmaxf(m_i[r], m_tile);
         // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -206,8 +188,8 @@ __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4],
         }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 2);
+        row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 2);
         l_i[r] = l_i[r] * alpha[r] + row_sum[r];
     }
     // The A operand of keys 16ks .. 16ks + 15 is the two S fragments of key blocks 2ks and 2ks + 1.
@@ -365,7 +347,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
                         o, o_strides, lse, shape->Sq, shape->Sk, shape->H, 0, shape->scale, shape->scale * LOG2E,
                         shape->causal};
     const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // forward4d.h: the grid limit
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         p.bh_first = bh_first;
         kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), (BLOCK_M / WARPGROUP_ROWS + 1) * WARPGROUP_THREADS,
                  smem_bytes>>>(p);
@@ -402,9 +384,12 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                            fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+extern "C" void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                            const tc_forward_tensors *t) {
+    const void *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_rows("Q", q, q_strides, 2, 16);
     check_rows("K", k, k_strides, 2, 16);
     check_rows("V", v, v_strides, 2, 16);

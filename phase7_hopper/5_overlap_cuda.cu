@@ -1,24 +1,29 @@
-// 4_overlap_cuda.cu - phase 7, step 4, on the GPU: the softmax of one tile runs while the tensor cores work on the
-// products of its neighbours; fp16 or bf16 inputs.
+// 5_overlap_cuda.cu - phase 7, step 5, on the GPU: overlap inside a warpgroup. The softmax of one tile runs while the
+// tensor cores still multiply the previous one; fp16 or bf16 inputs. Read against step 3 (step 4's ping-pong is the
+// other way to overlap, between warpgroups).
 //
 // What it changes against step 3 (phase7_hopper/3_warp_specialized_cuda.cu):
-//   - each consumer warpgroup keeps two tiles in flight. For tile n it issues S_n = Q K_n^T and, behind it,
-//     O += P_{n-1} V_{n-1}; it waits for S_n only (wgmma_wait<1>: the older group is done, one may still run), runs
-//     the mask and the online softmax of tile n while the tensor cores finish P_{n-1} V_{n-1}, then waits for that,
-//     frees buffer n - 1, rescales O and moves P_n into place. In step 3 the tensor cores sat idle during every
-//     softmax, and the exp2 units during every product;
-//   - the tile's three stages are now three small functions (issue_scores, softmax_tile, issue_values), because the
-//     first and the last tile enter and leave the pipeline on their own.
+//   - each consumer warpgroup keeps two wgmma groups in flight. For tile n it issues S_n = Q K_n^T and, behind it,
+//     O += P_{n-1} V_{n-1}; it waits for S_n only (wgmma_wait<1>: groups complete in order), runs the mask and the
+//     online softmax of tile n on s in place while the tensor cores finish P_{n-1} V_{n-1}, then waits for that,
+//     frees buffer n - 1, rescales O and packs P_n (pack_p) for the next iteration. In step 3 the tensor cores sat
+//     idle during every softmax, and the exp2 units during every product;
+//   - P_n is packed into its registers only after the wait: packed during the softmax it would be written while the
+//     product still reads P_{n-1}, and ptxas would serialise the products (its C7513 report);
+//   - the tile's stages are small functions (issue_scores, softmax_tile, pack_p, issue_values), because the first
+//     and the last tile enter and leave the pipeline on their own.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same sums in the same order per tile; only when they run moved)
-// Diff:      diff -u phase7_hopper/3_warp_specialized_cuda.cu phase7_hopper/4_overlap_cuda.cu
-// Run:       build/bin/phase7_hopper --impl cuda --step 4 --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-n 128
+// Diff:      diff -u phase7_hopper/3_warp_specialized_cuda.cu phase7_hopper/5_overlap_cuda.cu
+// Run:       build/bin/phase7_hopper --impl cuda --step 5 --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-n 128
 //
 // Needs sm_90a (an H100 or H200): built only for it. Thread mapping: block = 1 + BLOCK_M / 64 warpgroups; consumer
 // warpgroup c (warpgroup c + 1 of the block) owns query rows q_start + 64c .. + 63 and its warp w rows
 // q_start + 64c + 16w .. + 15; lane L of a warp is "g = L / 4, t = L % 4" in every fragment.
 #include "fa_cuda_check.h"
+#include "fa_mma.cuh"    // pack_pair, cp.async, the sizes of one mma (wgmma keeps its fragments)
+#include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 #include "hopper.h"
 #include "tma.cuh"
 #include "wgmma.cuh"
@@ -29,14 +34,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WARP_SIZE 32
-#define FULL_MASK 0xffffffffu
-#define WARP_ROWS 16        // query rows per warp: a quarter of the 64 rows of a warpgroup's wgmma
 #define WARPGROUP_ROWS 64   // query rows per warpgroup: the M of wgmma.m64n64k16
 #define WGMMA_N 64          // columns of one wgmma's output: 64 keys (S = Q K^T) or 64 dimensions (O += P V)
-#define MMA_N 8             // columns of one accumulator fragment d[j] (wgmma.cuh)
-#define MMA_K 16            // the sum inside one wgmma: 16 dimensions (S = Q K^T) or 16 keys (O += P V)
-#define CHUNK 8             // halves in 16 bytes: one chunk of a swizzle atom's row
 #define STAGES 2            // K/V buffers in the ring
 #define WARPGROUP_THREADS 128
 #define PRODUCER_REGISTERS 24    // setmaxnreg: what the producer keeps (it holds a few indices and addresses)
@@ -44,21 +43,7 @@
 
 // ---------------------------------------------------------------------------------------------------------------
 // The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; TMA and mbarriers in tma.cuh; P's packing
-// as in phase 5.
-
-// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
+// in fa_mma.cuh.
 
 // Everything one launch needs, passed as one __grid_constant__ parameter: the tensor maps of Q, K and V (TMA reads
 // them from parameter space), then the outputs and the problem.
@@ -138,9 +123,9 @@ __device__ __forceinline__ void issue_values(float o_acc[][4], uint32_t p_frag[]
     wgmma_commit();
 }
 
-// The mask and the online softmax of one tile of scores: m_i and l_i move on, alpha is what O must be multiplied by
-// before this tile's P V is added, and p_frag receives P rounded to T as the A operand of P V (l_i sums it unrounded,
-// in float32). The lane's rows are row_g and row_g + 8; a row's BLOCK_N scores are spread over the 4 lanes of a quad.
+// The mask and the online softmax of one tile of scores, in place: s becomes P (float32), m_i and l_i move on, and
+// alpha is what O must be multiplied by before this tile's P V is added. The lane's rows are row_g and row_g + 8; a
+// row's BLOCK_N scores are spread over the 4 lanes of a quad.
 template <typename T, int BLOCK_N>
 __device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l_i[2],
                                              float alpha[2], int stage, int64_t k_start, int64_t row_g, int64_t S_k,
@@ -165,8 +150,8 @@ __device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l
         float m_tile = -INFINITY;
 #pragma unroll
         for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
-        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 1));
-        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 2));
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
         const float m_new = fmaxf(m_i[r], m_tile);
         // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -184,11 +169,14 @@ __device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l
         }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 2);
+        row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 2);
         l_i[r] = l_i[r] * alpha[r] + row_sum[r];
     }
 }
+
+// P rounded to T as the A operand of P V (l_i summed it unrounded, in float32): the A operand of keys
+// 16ks .. 16ks + 15 is the two fragments of key blocks 2ks and 2ks + 1.
 template <typename T, int BLOCK_N>
 __device__ __forceinline__ void pack_p(float s[][4], uint32_t p_frag[][4]) {
 #pragma unroll
@@ -269,7 +257,7 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
     // The pipeline fills with tile 0: its scores, waited for, and its softmax (O is still 0: no rescaling). Tile 0
     // always exists and is never in the future (row q_start sees key 0).
     float s[KEY_BLOCKS][4], alpha[2];
-    uint32_t p_frag[KEY_STEPS][4];   // P of the tile whose P V is in flight, and of the next
+    uint32_t p_frag[KEY_STEPS][4];   // P of the tile whose P V is issued next
     mbarrier_wait(&kv_landed[0], 0);
     issue_scores<T, D, BLOCK_M, BLOCK_N>(s, q_rows, k_tiles);
     wgmma_wait<0>();
@@ -356,7 +344,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
                         o, o_strides, lse, shape->Sq, shape->Sk, shape->H, 0, shape->scale, shape->scale * LOG2E,
                         shape->causal};
     const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // forward4d.h: the grid limit
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         p.bh_first = bh_first;
         kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), (BLOCK_M / WARPGROUP_ROWS + 1) * WARPGROUP_THREADS,
                  smem_bytes>>>(p);
@@ -393,9 +381,12 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                           fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+extern "C" void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                           const tc_forward_tensors *t) {
+    const void *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_rows("Q", q, q_strides, 2, 16);
     check_rows("K", k, k_strides, 2, 16);
     check_rows("V", v, v_strides, 2, 16);

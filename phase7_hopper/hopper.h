@@ -9,8 +9,10 @@
 //                       only compute, "empty" barriers instead of a block-wide barrier, setmaxnreg.
 //   step 4 (4_pingpong_*): + the two consumer warpgroups take turns on the tensor cores (named barriers): one's
 //                       softmax runs while the other's products do.
+//   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
+//                       tensor cores compute tile n - 1's P V.
 //
-// Types and layouts as phase 5's (tensor_cores.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
+// Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
 // [B, H, Sq] contiguous, natural log. D = 64 or 128; the tiles of hopper_cuda_supports_tiles.
 // The CPU twin of step 1 is phase 5 step 3's (flash_forward_pipeline_cpu): it changes how the GPU multiplies, not
@@ -21,31 +23,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fa_baselines.h"   // tc_forward_tensors, and phase 5 step 3 (the baseline and CPU twin)
 #include "fa_shape.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-void flash_forward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                              fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                              fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                              const tc_forward_tensors *t);
 
-void flash_forward_tma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                            fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_tma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                            const tc_forward_tensors *t);
 
-void flash_forward_warp_specialized_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                         fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                         fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_warp_specialized_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                         const tc_forward_tensors *t);
 
-void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                 const tc_forward_tensors *t);
 
-void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                const tc_forward_tensors *t);
 
 #define HOPPER_CUDA_TILES_TEXT "64x64, 128x64 or 128x128"
 static inline int hopper_cuda_supports_tiles(int block_m, int block_n) {

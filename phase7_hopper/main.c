@@ -8,8 +8,8 @@
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
+#include "fa_baselines.h"   // phase 5 step 3: the baseline and the CPU twin
 #include "hopper.h"
-#include "tensor_cores.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,46 +31,37 @@ static const fa_cli_spec SPEC = {
 typedef struct {
     const fa_shape *shape;
     int dtype, block_m, block_n;
-    fa_strides q_strides, kv_strides;
-    const void *q, *k, *v;   // dtype bits, host or device
-    float *o, *lse;
+    tc_forward_tensors t;   // dtype bits in, float32 out, host or device
 } row_args;
 
 static void run_pipeline_cpu(void *p) {
     const row_args *a = p;
-    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
-                               a->v, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, &a->t, NULL);
 }
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
 static void run_pipeline_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
-                                a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 static void run_wgmma_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_wgmma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
-                             a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+    flash_forward_wgmma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 static void run_tma_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_tma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
-                           a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+    flash_forward_tma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 static void run_warp_specialized_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_warp_specialized_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k,
-                                        a->kv_strides, a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+    flash_forward_warp_specialized_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 static void run_overlap_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_overlap_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
-                               a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+    flash_forward_overlap_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 static void run_pingpong_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_pingpong_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides,
-                               a->v, a->kv_strides, a->o, a->q_strides, a->lse);
+    flash_forward_pingpong_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 #else
 #define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
@@ -121,9 +112,10 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
                     int is_cuda, const void *q, const void *k, const void *v, float *o, float *lse, float *o_host,
                     float *lse_host, double upload_ms, const row_kind *row) {
     const fa_shape *shape = &opt->shape;
+    const fa_strides q_strides = fa_strides_contiguous(shape->H, shape->Sq, shape->D);
+    const fa_strides kv_strides = fa_strides_contiguous(shape->H, shape->Sk, shape->D);
     row_args args = {shape, opt->dtype, opt->block_m, opt->block_n,
-                     fa_strides_contiguous(shape->H, shape->Sq, shape->D),
-                     fa_strides_contiguous(shape->H, shape->Sk, shape->D), q, k, v, o, lse};
+                     {q, k, v, q_strides, kv_strides, kv_strides, o, q_strides, lse}};
     char label[48];
     snprintf(label, sizeof label, "%s %s", row->label, fa_dtype_name(opt->dtype));
     fa_implementation impl = {.label = label, .is_cuda = is_cuda, .ctx = &args, .run = is_cuda ? row->cuda : row->cpu,

@@ -43,8 +43,8 @@ SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
 gmma=$("$NCU" --query-metrics 2>/dev/null | grep -oE "^sm__pipe_tensor_op_gmma_cycles_active" | head -1)
 METRICS="smsp__inst_executed.sum,gpu__time_duration.sum${gmma:+,$gmma.avg.pct_of_peak_sustained_active}"
 : > "$SUMMARY"
-for step in 1 2 3 4; do
-    kernel=$(case $step in 1) echo wgmma;; 2) echo tma;; 3) echo warp_specialized;; 4) echo pingpong;; esac)
+for step in 1 2 3 4 5; do
+    kernel=$(case $step in 1) echo wgmma;; 2) echo tma;; 3) echo warp_specialized;; 4) echo pingpong;; 5) echo overlap;; esac)
     out="$LOGDIR/hopper-ncu-step$step.txt"
     "$NCU" --clock-control none -k "regex:flash_forward_${kernel}_kernel" --launch-count 1 --section SpeedOfLight \
         --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics "$METRICS" \
