@@ -36,4 +36,4 @@ endforeach()
 fa_add_bad_input_test(NAME phase7_bad_fp32 LABEL phase7 BINARY phase7_hopper ARGS --B 1 --S 64 --D 64)
 fa_add_bad_input_test(NAME phase7_bad_tiles LABEL phase7 BINARY phase7_hopper
                       ARGS --impl cuda --dtype fp16 --step 3 --S 64 --D 64 --block-m 64 --block-n 64)
-fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 5 --S 64 --D 64)
+fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 6 --S 64 --D 64)
