@@ -44,15 +44,15 @@ static void lse_of_rows(const ring_ranks *ranks, const ring_rank *rank, ring_spa
         memcpy(lse_rows + bh * q.rows, rank->lse + bh * rows + q.first, (size_t)q.rows * sizeof(float));
 }
 
-// One step of one rank: the gradients of its queries against the K/V block `kv` that started on rank `source`;
-// dQ is added to the rank's own, dK and dV to those travelling with the block (dkv: dK, then dV).
-static void compute_block(ring_ranks *ranks, int r, int step, const void *kv, float *dkv) {
+// One step of one rank: the gradients of its queries against the K/V block `kv` that started on rank `source`. dQ is
+// added to the rank's own; dK and dV stay in dkv_block for add_travelling. Returns the block it computed.
+static ring_block compute_block(ring_ranks *ranks, int r, int step, const void *kv) {
     const ring_config *c = &ranks->config;
     ring_rank *rank = &ranks->rank[r];
     const int source = ring_source(r, step, c->n_ranks);
     const ring_block block = ring_block_of(c->layout, ranks->shape.causal, &rank->shard,
                                            &ranks->rank[source].shard, r, source);
-    if (block.q.rows == 0 || block.k.rows == 0) return;   // a block wholly in the future (or an empty shard)
+    if (block.q.rows == 0 || block.k.rows == 0) return block;   // a block wholly in the future (or an empty shard)
     fa_shape shape = ranks->shape;
     shape.Sq = block.q.rows;
     shape.Sk = block.k.rows;
@@ -70,9 +70,15 @@ static void compute_block(ring_ranks *ranks, int r, int step, const void *kv, fl
         .dq = rank->dq_block, .dk = rank->dkv_block, .dv = rank->dkv_block + ranks->tensor_elems,
         .dq_strides = st, .dk_strides = st, .dv_strides = st};
     ring_block_backward_cpu(&shape, c->dtype, c->block_m, c->block_n, &t);
-    add_block(ranks, rank->dq, rank->dq_block, block.q);
-    add_block(ranks, dkv, rank->dkv_block, block.k);
-    add_block(ranks, dkv + ranks->tensor_elems, rank->dkv_block + ranks->tensor_elems, block.k);
+    add_block(ranks, rank->dq, rank->dq_block, block.q);   // dQ stays with its queries
+    return block;
+}
+
+// Adds the block's dK and dV to those travelling with its K and V (dkv: dK, then dV), to go on to the next rank.
+static void add_travelling(const ring_ranks *ranks, const ring_rank *rank, const ring_block *block, float *dkv) {
+    if (block->q.rows == 0 || block->k.rows == 0) return;
+    add_block(ranks, dkv, rank->dkv_block, block->k);
+    add_block(ranks, dkv + ranks->tensor_elems, rank->dkv_block + ranks->tensor_elems, block->k);
 }
 
 void ring_backward_cpu(const fa_shape *shape, const ring_config *config, const ring_tensors *t) {
@@ -92,13 +98,16 @@ void ring_backward_cpu(const fa_shape *shape, const ring_config *config, const r
         // ring buffer that the block before this one was computed from, which nobody needs any more.
         for (int r = 0; r < N; r++) next[r] = ranks.rank[r].kv_ring[step % 2];
         if (step < N - 1) exchange(&ranks, current, next, ring_kv_bytes(&ranks));
+        ring_block blocks[RING_MAX_RANKS];
+        for (int r = 0; r < N; r++) blocks[r] = compute_block(&ranks, r, step, current[r]);
+        // The dK and dV travelling with this step's K/V block arrived with it (on GPUs: wait for them here).
         for (int r = 0; r < N; r++) {
             dkv_current[r] = ranks.rank[r].dkv_ring[step % 2];
             dkv_next[r] = ranks.rank[r].dkv_ring[(step + 1) % 2];
-            compute_block(&ranks, r, step, current[r], dkv_current[r]);
+            add_travelling(&ranks, &ranks.rank[r], &blocks[r], dkv_current[r]);
         }
-        // The block's dK and dV go on with it, one step behind its K and V (they are complete only now); the exchange
-        // after the last step brings each home, to the rank whose keys they belong to.
+        // They go on with the block, one step behind its K and V (they are complete only now); the exchange after the
+        // last step brings each home, to the rank whose keys they belong to.
         exchange(&ranks, (void *const *)dkv_current, (void *const *)dkv_next, ring_dkv_bytes(&ranks));
         for (int r = 0; r < N; r++) current[r] = next[r];
     }

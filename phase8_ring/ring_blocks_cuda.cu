@@ -9,11 +9,13 @@
 #include "tc_backward.h"
 #include "tensor_cores.h"
 
+#if !TC_HAVE_MMA_CUDA
 // The half kernels exist only in a build with an architecture of sm_80 or newer (phase5_tensor_cores/CMakeLists.txt);
 // the driver refuses --dtype fp16|bf16 on the GPU before it gets here when they are missing.
 static void no_half_kernels(void) {
     fa_die("the fp16/bf16 ring needs phase 5's tensor-core kernels, which this build left out (no sm_80 or newer)");
 }
+#endif
 
 extern "C" void ring_block_forward_cuda(const fa_shape *block, int dtype, int block_m, int block_n,
                                         const ring_forward_tensors *t) {

@@ -8,30 +8,36 @@
 #include "fa_tensor.h"
 
 // A buffer of `bytes`, filled with NaN: an element the ring forgets to write cannot pass a check.
-static void *alloc_poisoned(size_t bytes, const char *what) {
+static float *alloc_poisoned(size_t bytes, const char *what) {
     float *x = fa_alloc_floats((int64_t)((bytes + 3) / 4), what);
     fa_poison(x, (int64_t)((bytes + 3) / 4));
     return x;
 }
 
-// Copies the rows of one part of a shard between the whole tensor ([B*H, S] rows of row_bytes) and a rank's buffer
-// ([B*H, buffer_rows] rows), where the part starts at the rank's local row `local`.
-static void copy_part(char *buffer, int64_t buffer_rows, char *whole, int64_t S, int64_t BH, ring_span part,
-                      int64_t local, size_t row_bytes, int to_buffer) {
-    for (int64_t bh = 0; bh < BH; bh++) {
-        char *mine = buffer + (size_t)(bh * buffer_rows + local) * row_bytes;
-        char *theirs = whole + (size_t)(bh * S + part.first) * row_bytes;
-        memcpy(to_buffer ? mine : theirs, to_buffer ? theirs : mine, (size_t)part.rows * row_bytes);
-    }
+// Copies `rows` rows of row_bytes of each of BH heads, from row from_row of src (whose heads are src_rows rows apart)
+// to row to_row of dst (whose heads are dst_rows rows apart).
+static void copy_rows(void *dst, int64_t dst_rows, int64_t to_row, const void *src, int64_t src_rows,
+                      int64_t from_row, int64_t rows, int64_t BH, size_t row_bytes) {
+    for (int64_t bh = 0; bh < BH; bh++)
+        memcpy((char *)dst + (size_t)(bh * dst_rows + to_row) * row_bytes,
+               (const char *)src + (size_t)(bh * src_rows + from_row) * row_bytes, (size_t)rows * row_bytes);
 }
 
-// Both parts of rank's shard. buffer_rows: max_rows for [B, H, rows, D] tensors, the rank's rows for LSE.
-static void copy_shard(const ring_ranks *ranks, const ring_rank *rank, void *buffer, int64_t buffer_rows,
-                       const void *whole, size_t row_bytes, int to_buffer) {
-    const int64_t BH = ranks->shape.B * ranks->shape.H;
-    copy_part(buffer, buffer_rows, (char *)whole, ranks->shape.Sq, BH, rank->shard.part[0], 0, row_bytes, to_buffer);
-    copy_part(buffer, buffer_rows, (char *)whole, ranks->shape.Sq, BH, rank->shard.part[1], rank->shard.part[0].rows,
-              row_bytes, to_buffer);
+// Both parts of a rank's shard, from the whole tensor ([B*H, S] rows) into the rank's buffer ([B*H, buffer_rows]
+// rows: max_rows for [B, H, rows, D] tensors, the rank's rows for LSE), and back.
+static void scatter_shard(const ring_ranks *ranks, const ring_rank *rank, void *buffer, int64_t buffer_rows,
+                          const void *whole, size_t row_bytes) {
+    const int64_t BH = ranks->shape.B * ranks->shape.H, S = ranks->shape.Sq;
+    const ring_span *part = rank->shard.part;
+    copy_rows(buffer, buffer_rows, 0, whole, S, part[0].first, part[0].rows, BH, row_bytes);
+    copy_rows(buffer, buffer_rows, part[0].rows, whole, S, part[1].first, part[1].rows, BH, row_bytes);
+}
+static void gather_shard(const ring_ranks *ranks, const ring_rank *rank, const void *buffer, int64_t buffer_rows,
+                         void *whole, size_t row_bytes) {
+    const int64_t BH = ranks->shape.B * ranks->shape.H, S = ranks->shape.Sq;
+    const ring_span *part = rank->shard.part;
+    copy_rows(whole, S, part[0].first, buffer, buffer_rows, 0, part[0].rows, BH, row_bytes);
+    copy_rows(whole, S, part[1].first, buffer, buffer_rows, part[0].rows, part[1].rows, BH, row_bytes);
 }
 
 void ring_ranks_create_cpu(ring_ranks *ranks, const fa_shape *shape, const ring_config *config, int backward,
@@ -57,9 +63,9 @@ void ring_ranks_create_cpu(ring_ranks *ranks, const fa_shape *shape, const ring_
         rank->lse = alloc_poisoned((size_t)(BH * (rows > 0 ? rows : 1)) * sizeof(float), "a rank's LSE");
         rank->o_block = alloc_poisoned((size_t)n * sizeof(float), "a rank's block O");
         rank->lse_block = alloc_poisoned((size_t)(BH * max_rows) * sizeof(float), "a rank's block LSE");
-        copy_shard(ranks, rank, rank->q, max_rows, t->q, row, 1);
-        copy_shard(ranks, rank, rank->kv_own, max_rows, t->k, row, 1);
-        copy_shard(ranks, rank, (void *)ring_v_of(ranks, rank->kv_own), max_rows, t->v, row, 1);
+        scatter_shard(ranks, rank, rank->q, max_rows, t->q, row);
+        scatter_shard(ranks, rank, rank->kv_own, max_rows, t->k, row);
+        scatter_shard(ranks, rank, (char *)rank->kv_own + (size_t)n * elem, max_rows, t->v, row);   // V after K
         if (!backward) continue;
         rank->dout = alloc_poisoned((size_t)n * elem, "a rank's dO");
         rank->dq = alloc_poisoned((size_t)n * sizeof(float), "a rank's dQ");
@@ -68,9 +74,9 @@ void ring_ranks_create_cpu(ring_ranks *ranks, const fa_shape *shape, const ring_
             rank->dkv_ring[i] = alloc_poisoned(2 * (size_t)n * sizeof(float), "a rank's dK/dV ring buffer");
         rank->dkv_block = alloc_poisoned(2 * (size_t)n * sizeof(float), "a rank's block dK and dV");
         rank->delta = alloc_poisoned((size_t)(BH * max_rows) * sizeof(float), "a rank's Delta");
-        copy_shard(ranks, rank, rank->dout, max_rows, t->dout, row, 1);
-        copy_shard(ranks, rank, rank->o, max_rows, t->o, float_row, 1);
-        copy_shard(ranks, rank, rank->lse, rows, t->lse, sizeof(float), 1);
+        scatter_shard(ranks, rank, rank->dout, max_rows, t->dout, row);
+        scatter_shard(ranks, rank, rank->o, max_rows, t->o, float_row);
+        scatter_shard(ranks, rank, rank->lse, rows, t->lse, sizeof(float));
     }
 }
 
@@ -78,8 +84,8 @@ void ring_ranks_gather_forward_cpu(const ring_ranks *ranks, float *o, float *lse
     const size_t float_row = (size_t)ranks->shape.D * sizeof(float);
     for (int r = 0; r < ranks->config.n_ranks; r++) {
         const ring_rank *rank = &ranks->rank[r];
-        copy_shard(ranks, rank, rank->o, ranks->max_rows, o, float_row, 0);
-        copy_shard(ranks, rank, rank->lse, rank->shard.rows, lse, sizeof(float), 0);
+        gather_shard(ranks, rank, rank->o, ranks->max_rows, o, float_row);
+        gather_shard(ranks, rank, rank->lse, rank->shard.rows, lse, sizeof(float));
     }
 }
 
@@ -89,9 +95,9 @@ void ring_ranks_gather_backward_cpu(const ring_ranks *ranks, float *dq, float *d
     const int home = ranks->config.n_ranks % 2;
     for (int r = 0; r < ranks->config.n_ranks; r++) {
         const ring_rank *rank = &ranks->rank[r];
-        copy_shard(ranks, rank, rank->dq, ranks->max_rows, dq, float_row, 0);
-        copy_shard(ranks, rank, rank->dkv_ring[home], ranks->max_rows, dk, float_row, 0);
-        copy_shard(ranks, rank, rank->dkv_ring[home] + ranks->tensor_elems, ranks->max_rows, dv, float_row, 0);
+        gather_shard(ranks, rank, rank->dq, ranks->max_rows, dq, float_row);
+        gather_shard(ranks, rank, rank->dkv_ring[home], ranks->max_rows, dk, float_row);
+        gather_shard(ranks, rank, rank->dkv_ring[home] + ranks->tensor_elems, ranks->max_rows, dv, float_row);
     }
 }
 
