@@ -281,12 +281,7 @@ static void run_cuda(fa_report *report, const checker *ck, const ring_flags *f, 
                      ring_tensors host_out) {
     const fa_options *opt = ck->opt;
     const fa_shape *s = &opt->shape;
-    int kind = f->transport;
-    if (kind == TRANSPORT_AUTO) {
-        int gpus = 0;
-        if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 1;
-        kind = ring_transport_has_nccl() && f->n_ranks > 1 && gpus >= f->n_ranks ? RING_NCCL : RING_LOOPBACK;
-    }
+    const int kind = f->transport == TRANSPORT_AUTO ? ring_transport_auto(f->n_ranks) : f->transport;
     char why[200];
     ring_transport *tr = ring_transport_create(kind, f->n_ranks, why, sizeof why);
     if (!tr) fa_die("--transport %s: %s", ring_transport_name(kind), why);

@@ -37,7 +37,11 @@ struct ring_transport {
 // stream synchronises with, and the non-blocking communication streams do not).
 #define COMPUTE_STREAM cudaStreamLegacy
 
-extern "C" int ring_transport_has_nccl(void) { return FA_HAVE_NCCL; }
+extern "C" int ring_transport_auto(int n_ranks) {
+    int gpus = 0;
+    FA_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+    return FA_HAVE_NCCL && n_ranks > 1 && gpus >= n_ranks ? RING_NCCL : RING_LOOPBACK;
+}
 
 extern "C" const char *ring_transport_name(int kind) { return kind == RING_NCCL ? "nccl" : "loopback"; }
 

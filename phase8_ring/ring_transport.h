@@ -33,8 +33,9 @@ enum { RING_CHANNEL_KV = 0, RING_CHANNEL_DKV = 1, RING_CHANNELS = 2 };
 
 typedef struct ring_transport ring_transport;
 
-// 1 when this build has the NCCL transport.
-int ring_transport_has_nccl(void);
+// The transport a run of n_ranks gets when it does not ask: NCCL when this build has it, n_ranks > 1 and the machine
+// has n_ranks GPUs; otherwise the loopback.
+int ring_transport_auto(int n_ranks);
 const char *ring_transport_name(int kind);   // "nccl", "loopback"
 // NCCL needs n_ranks GPUs; the loopback one. NULL and one line in why when it cannot be had.
 ring_transport *ring_transport_create(int kind, int n_ranks, char *why, size_t why_len);
