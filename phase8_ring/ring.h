@@ -134,6 +134,9 @@ typedef struct {
     int block_m, block_n;
 } ring_config;
 
+// How the GPU steps pass blocks between ranks (ring_transport.h): NCCL between GPUs, or a loopback on one GPU.
+enum { RING_LOOPBACK = 0, RING_NCCL = 1 };
+
 // The whole problem, contiguous [B, H, S, D] (LSE [B, H, S]): host pointers for the CPU steps, which cut it into the
 // ranks' shards, run the ring and put every rank's results back in place.
 typedef struct {

@@ -28,7 +28,6 @@
 extern "C" {
 #endif
 
-enum { RING_LOOPBACK = 0, RING_NCCL = 1 };
 enum { RING_CHANNEL_KV = 0, RING_CHANNEL_DKV = 1, RING_CHANNELS = 2 };
 
 typedef struct ring_transport ring_transport;

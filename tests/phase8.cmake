@@ -61,3 +61,11 @@ foreach(variant "contiguous_causal|--causal" "zigzag_causal|--causal|--zigzag")
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_same_output.cmake)
   set_tests_properties(phase8_schedule_figure_${name} PROPERTIES LABELS "phase8;cpu")
 endforeach()
+
+# NCCL between GPUs, where the build has NCCL and the machine has the GPUs (otherwise skipped, exit 77).
+foreach(ranks 2 4 8)
+  fa_add_check_test(NAME phase8_cuda_nccl_ranks${ranks}_B1_H2_S1001_D64_causal LABEL phase8 BINARY phase8_ring
+                    IMPL cuda ARGS --transport nccl --ranks ${ranks} --H 2 --S 1001 --D 64 --causal --zigzag --backward)
+endforeach()
+fa_add_check_test(NAME phase8_cuda_nccl_ranks2_bf16_B1_H2_S300_D128 LABEL phase8 BINARY phase8_ring IMPL cuda
+                  ARGS --transport nccl --ranks 2 --dtype bf16 --H 2 --S 300 --D 128 --causal --zigzag --backward)
