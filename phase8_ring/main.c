@@ -196,7 +196,10 @@ static void run_row(fa_report *report, const checker *ck, row_args *args, int is
 #else
     impl.run = backward ? run_backward_cpu : run_forward_cpu;
 #endif
-    if (args->kind != ROW_SINGLE) impl.extra_what = "the ranks' buffers";
+    if (args->kind != ROW_SINGLE) {
+        impl.extra_bytes = ring_ranks_bytes(s, &args->config, backward);
+        impl.extra_what = "the ranks' buffers";
+    }
     if (backward) {
         const double tol_f32[3] = {ck->ref->tol_backward, ck->ref->tol_backward, ck->ref->tol_backward};
         const double tol_half[3] = {ck->rule->tol_dq, ck->rule->tol_dk, ck->rule->tol_dv};

@@ -50,6 +50,17 @@ static inline size_t ring_kv_bytes(const ring_ranks *r) {
 }
 static inline size_t ring_dkv_bytes(const ring_ranks *r) { return 2 * (size_t)r->tensor_elems * sizeof(float); }
 
+// Bytes the ranks' buffers take in all (what a ring needs beyond the whole problem's inputs and outputs, which a real
+// run would not hold at all): per rank, Q, its own K/V and two ring buffers in the run's type, O and a block's O in
+// float32; the backward adds dO, dQ and a block's, two travelling dK/dV buffers and a block's; and the row statistics.
+static inline int64_t ring_ranks_bytes(const fa_shape *shape, const ring_config *config, int backward) {
+    const int64_t n = shape->B * shape->H * ring_max_rows(config->layout, shape->Sq, config->n_ranks) * shape->D;
+    const int64_t elem = (int64_t)ring_dtype_bytes(config->dtype), rows = n / shape->D;
+    int64_t per_rank = n * (7 * elem + 2 * 4) + 3 * rows * 4;
+    if (backward) per_rank += n * (elem + 2 * 4 + 4 * 4 + 2 * 4) + rows * 4;
+    return config->n_ranks * per_rank;
+}
+
 // On the host (the CPU twin). t holds the whole problem: create allocates and copies in the shards (q, k, v; with
 // backward also dO, and the forward's O and LSE from t->o and t->lse); the gathers write t's outputs.
 void ring_ranks_create_cpu(ring_ranks *ranks, const fa_shape *shape, const ring_config *config, int backward,
