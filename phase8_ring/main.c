@@ -12,6 +12,7 @@
 // Run: build/bin/phase8_ring                                   (class defaults: B=1 H=4 S=1001 D=64, 4 ranks)
 //      build/bin/phase8_ring --impl cpu --ranks 3 --S 1000 --causal --zigzag --backward
 //      build/bin/phase8_ring --impl cuda --dtype bf16 --ranks 4 --B 1 --H 16 --S 32768 --D 128 --causal --zigzag
+//      build/bin/phase8_ring --impl cuda --dtype bf16 --ranks 4 --H 16 --S 131072 --D 128 --causal --zigzag --time-only
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
@@ -48,6 +49,7 @@ static const fa_cli_spec SPEC = {
 enum { TRANSPORT_AUTO = -1 };
 typedef struct {
     int n_ranks, zigzag, backward, transport;
+    int time_only;   // --time-only: no oracle, no check (sizes whose float64 check would take longer than the run)
 } ring_flags;
 
 static void print_ring_help(void) {
@@ -56,11 +58,13 @@ static void print_ring_help(void) {
     printf("  --zigzag       also the zigzag layout (step 3): rank i holds chunks i and 2N-1-i of 2N\n");
     printf("  --backward     also the backward (step 4): dK, dV travel the ring home, dQ stays\n");
     printf("  --transport T  nccl | loopback: how the GPU rows pass blocks (default: nccl when built and N GPUs\n"
-           "                 are there, else loopback: every rank on GPU 0)\n\n");
+           "                 are there, else loopback: every rank on GPU 0)\n");
+    printf("  --time-only    time the rows without the float64 oracle and without checks (for sizes whose\n"
+           "                 check would take longer than the run; the same code is checked at smaller sizes)\n\n");
 }
 
 static int take_ring_flags(int argc, char **argv, ring_flags *f) {
-    *f = (ring_flags){4, 0, 0, TRANSPORT_AUTO};
+    *f = (ring_flags){4, 0, 0, TRANSPORT_AUTO, 0};
     int kept = 1;
     for (int a = 1; a < argc; a++) {
         const char *value = NULL;
@@ -68,6 +72,8 @@ static int take_ring_flags(int argc, char **argv, ring_flags *f) {
             f->zigzag = 1;
         } else if (strcmp(argv[a], "--backward") == 0) {
             f->backward = 1;
+        } else if (strcmp(argv[a], "--time-only") == 0) {
+            f->time_only = 1;
         } else if (strcmp(argv[a], "--ranks") == 0 || strncmp(argv[a], "--ranks=", 8) == 0) {
             if (argv[a][7] == '=') value = argv[a] + 8;
             else if (a + 1 < argc) value = argv[++a];
@@ -199,6 +205,25 @@ static void run_row(fa_report *report, const checker *ck, row_args *args, int is
     if (args->kind != ROW_SINGLE) {
         impl.extra_bytes = ring_ranks_bytes(s, &args->config, backward);
         impl.extra_what = "the ranks' buffers";
+    }
+    if (!ck->ref) {   // --time-only: the timing row alone, marked as not checked
+        fa_timing_row row = {.threads = is_cuda ? 0 : opt->threads, .block_m = impl.block_m, .block_n = impl.block_n,
+                             .causal = impl.causal, .backward = backward, .flops = impl.flops,
+                             .extra_bytes = impl.extra_bytes, .pass = -1};
+        snprintf(row.label, sizeof row.label, "%s", label);
+        snprintf(row.impl, sizeof row.impl, "%s", is_cuda ? "cuda" : "cpu");
+        snprintf(row.status, sizeof row.status, "ok");
+        snprintf(row.extra_what, sizeof row.extra_what, "%s", impl.extra_what ? impl.extra_what : "");
+        fa_set_threads(opt->threads);
+        fa_timing t = {0.0, 0.0, 0};
+#if FA_HAVE_CUDA
+        if (is_cuda) t = fa_gpu_time(impl.run, impl.ctx, opt->warmup > 0 ? opt->warmup : 1, opt->iters);
+#endif
+        if (!is_cuda) t = fa_time_host(impl.run, impl.ctx, opt->warmup > 0 ? opt->warmup : 1, opt->iters);
+        row.median_ms = t.median_ms;
+        row.min_ms = t.min_ms;
+        fa_report_add_row(report, &row);
+        return;
     }
     if (backward) {
         const double tol_f32[3] = {ck->ref->tol_backward, ck->ref->tol_backward, ck->ref->tol_backward};
@@ -399,16 +424,17 @@ int main(int argc, char **argv) {
     // The inputs (rounded to --dtype; the oracle sees the same numbers), and the oracle on the whole sequence.
     fa_inputs in;
     fa_make_inputs(&opt, f.backward, &in);
-    fa_reference ref;
-    fa_make_reference(&opt, &in, f.backward, &ref);
+    fa_reference ref = {0};
     fa_half_inputs half = {0};
     fa_half_rule rule = {0};
+    if (!f.time_only) fa_make_reference(&opt, &in, f.backward, &ref);
+    else fa_report_add_note(&report, "--time-only: nothing was checked (make test-phase8 checks this code)");
     if (opt.dtype != FA_DTYPE_FP32) {
-        fa_make_half_rule(&report, &opt, &in, &ref, &rule);
-        if (f.backward) fa_make_half_backward_rule(&report, &opt, &in, &ref, &rule);
+        if (!f.time_only) fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+        if (!f.time_only && f.backward) fa_make_half_backward_rule(&report, &opt, &in, &ref, &rule);
         fa_make_half_inputs(&opt, &in, &half);
     }
-    const checker ck = {&opt, &ref, &rule};
+    const checker ck = {&opt, f.time_only ? NULL : &ref, &rule};
     const int is_half = opt.dtype != FA_DTYPE_FP32;
     const int64_t n = fa_numel_q(&opt.shape);
     ring_tensors whole = {is_half ? (const void *)half.q : in.q, is_half ? (const void *)half.k : in.k,
@@ -435,7 +461,7 @@ int main(int argc, char **argv) {
     free(whole.dk);
     free(whole.dv);
     free(delta);
-    fa_free_reference(&ref);
+    if (!f.time_only) fa_free_reference(&ref);
     if (is_half) fa_free_half_inputs(&half);
     fa_free_inputs(&in);
     return status;

@@ -69,3 +69,8 @@ foreach(ranks 2 4 8)
 endforeach()
 fa_add_check_test(NAME phase8_cuda_nccl_ranks2_bf16_B1_H2_S300_D128 LABEL phase8 BINARY phase8_ring IMPL cuda
                   ARGS --transport nccl --ranks 2 --dtype bf16 --H 2 --S 300 --D 128 --causal --zigzag --backward)
+
+# --time-only (the big timing runs, whose float64 check would take longer than the run): it runs and times every row.
+add_test(NAME phase8_cpu_time_only COMMAND phase8_ring --impl cpu --time-only --iters 1 --warmup 0 --ranks 3 --H 1
+                                           --S 100 --causal --zigzag --backward)
+set_tests_properties(phase8_cpu_time_only PROPERTIES LABELS "phase8;cpu" PASS_REGULAR_EXPRESSION "zigzag bwd 3 ranks")
