@@ -268,8 +268,8 @@ static void add_efficiency_note(fa_report *report, const fa_options *opt, const 
             const double single = median_of(report, opt, ROW_SINGLE, backward, f->n_ranks, is_cuda);
             const double ring = median_of(report, opt, kind, backward, f->n_ranks, is_cuda);
             if (single > 0.0 && ring > 0.0 && len < (int)sizeof text)
-                len += snprintf(text + len, sizeof text - (size_t)len, " %s%s %.2f", kind == ROW_RING ? "ring" : "zigzag",
-                                backward ? " bwd" : "", single / (gpus * ring));
+                len += snprintf(text + len, sizeof text - (size_t)len, " %s%s %.2f",
+                                kind == ROW_RING ? "ring" : "zigzag", backward ? " bwd" : "", single / (gpus * ring));
         }
     fa_report_add_note(report, "%s (%s)", text, how);
 }

@@ -121,7 +121,8 @@ extern "C" void ring_transport_exchange(ring_transport *tr, int channel, void *c
             FA_CUDA_CHECK(cudaMemcpyAsync(recv[(r + 1) % N], send[r], bytes, cudaMemcpyDeviceToDevice, stream[r]));
             FA_CUDA_CHECK(cudaEventRecord(tr->sent[channel][r], stream[r]));
         }
-        for (int r = 0; r < N; r++) FA_CUDA_CHECK(cudaStreamWaitEvent(stream[r], tr->sent[channel][(r + N - 1) % N], 0));
+        for (int r = 0; r < N; r++)
+            FA_CUDA_CHECK(cudaStreamWaitEvent(stream[r], tr->sent[channel][(r + N - 1) % N], 0));
     } else {
 #if FA_HAVE_NCCL
         // Every rank's send and receive in one group: NCCL pairs rank r's send with rank r + 1's receive, and none
