@@ -17,11 +17,10 @@
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
+#include "fa_baselines.h"   // the single-GPU kernels: phase 3 step 3, phase 4, phase 5 steps 3 and 4
 #include "ring.h"
 #include "ring_blocks.h"
 #include "ring_ranks.h"
-#include "tensor_cores.h"
 #if FA_HAVE_CUDA
 #include "ring_transport.h"
 #endif

@@ -2,11 +2,8 @@
 // (ring_blocks.h says which; the CUDA twin of this file is ring_blocks_cuda.cu).
 #include "ring_blocks.h"
 
-#include "backward.h"
 #include "fa_half.h"
-#include "forward4d.h"
-#include "tc_backward.h"
-#include "tensor_cores.h"
+#include "fa_baselines.h"   // the single-GPU kernels: phase 3 step 3, phase 4, phase 5 steps 3 and 4
 
 void ring_block_forward_cpu(const fa_shape *block, int dtype, int block_m, int block_n, const ring_forward_tensors *t) {
     if (dtype == FA_DTYPE_FP32) {
@@ -14,8 +11,9 @@ void ring_block_forward_cpu(const fa_shape *block, int dtype, int block_m, int b
                                    t->k_strides, t->v_strides, t->o, t->o_strides, t->lse, NULL};
         flash_forward_lse_cpu(block, block_m, block_n, &f, NULL);
     } else {
-        flash_forward_pipeline_cpu(block, dtype, block_m, block_n, t->q, t->q_strides, t->k, t->k_strides, t->v,
-                                   t->v_strides, t->o, t->o_strides, t->lse, NULL);
+        const tc_forward_tensors f = {t->q, t->k, t->v, t->q_strides, t->k_strides, t->v_strides, t->o, t->o_strides,
+                                    t->lse};
+        flash_forward_pipeline_cpu(block, dtype, block_m, block_n, &f, NULL);
     }
 }
 

@@ -2,12 +2,9 @@
 // which; the CPU twin of this file is ring_blocks_cpu.c). Each call launches on the current device's default stream.
 #include "ring_blocks.h"
 
-#include "backward.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
-#include "tc_backward.h"
-#include "tensor_cores.h"
+#include "fa_baselines.h"   // the single-GPU kernels: phase 3 step 3, phase 4, phase 5 steps 3 and 4
 
 #if !TC_HAVE_MMA_CUDA
 // The half kernels exist only in a build with an architecture of sm_80 or newer (phase5_tensor_cores/CMakeLists.txt);
@@ -25,8 +22,9 @@ extern "C" void ring_block_forward_cuda(const fa_shape *block, int dtype, int bl
         flash_forward_lse_cuda(block, block_m, block_n, &f);
     } else {
 #if TC_HAVE_MMA_CUDA
-        flash_forward_pipeline_cuda(block, dtype, block_m, block_n, t->q, t->q_strides, t->k, t->k_strides, t->v,
-                                    t->v_strides, t->o, t->o_strides, t->lse);
+        const tc_forward_tensors f = {t->q, t->k, t->v, t->q_strides, t->k_strides, t->v_strides, t->o, t->o_strides,
+                                    t->lse};
+        flash_forward_pipeline_cuda(block, dtype, block_m, block_n, &f);
 #else
         no_half_kernels();
 #endif

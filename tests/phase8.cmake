@@ -51,7 +51,7 @@ fa_add_bad_input_test(NAME phase8_bad_half_head_dim LABEL phase8 BINARY phase8_r
 fa_add_bad_input_test(NAME phase8_bad_backward_tiles LABEL phase8 BINARY phase8_ring
                       ARGS --impl cuda --backward --block-m 128 --block-n 64)
 
-# The schedule figures of docs/10-ring.md are what tools/ring_schedule prints today.
+# The schedule figures of docs/10-ring.md are what phase8_ring/ring_schedule prints today.
 foreach(variant "contiguous_causal|--causal" "zigzag_causal|--causal|--zigzag")
   string(REPLACE "|" ";" parts "${variant}")
   list(POP_FRONT parts name)
