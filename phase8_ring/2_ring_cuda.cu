@@ -26,7 +26,7 @@
 // computed from the larger of the two LSEs, so that no exponential overflows. It is the combine of split-KV decoding
 // (phase6_extensions/splitkv_cpu.c), two partials at a time, in float32 like the kernels' own online softmax.
 // One warp per row (row = bh * q.rows + i of the block): its lanes take the row's D elements in turn.
-__global__ void merge_block_kernel(float *o, float *lse, const float *o_block_all, const float *lse_block_all,
+static __global__ void merge_block_kernel(float *o, float *lse, const float *o_block_all, const float *lse_block_all,
                                    int64_t BH, int64_t rows, ring_span q, int64_t D, fa_strides st) {
     const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= BH * q.rows) return;

@@ -24,7 +24,7 @@
 // computed from the larger of the two LSEs, so that no exponential overflows. It is the combine of split-KV decoding
 // (phase6_extensions/splitkv_cpu.c), two partials at a time, in float32 like the kernels' own online softmax.
 // One warp per row (row = bh * rows.rows + i of the block): its lanes take the row's D elements in turn.
-__global__ void add_block_kernel(float *sum, const float *block, int64_t BH, ring_span rows, int64_t D, fa_strides st) {
+static __global__ void add_block_kernel(float *sum, const float *block, int64_t BH, ring_span rows, int64_t D, fa_strides st) {
     const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= BH * rows.rows) return;
     const int64_t bh = row / rows.rows, i = row % rows.rows;
