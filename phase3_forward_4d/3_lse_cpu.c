@@ -145,10 +145,7 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
             // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
             if (m_tile > w->m_i[r])
                 for (int j = 0; j < N_pad; j++)
-                    if (s[j] == m_tile) {
-                        w->max_key[r] = k_start + j;
-                        break;
-                    }
+                    if (s[j] == m_tile) w->max_key[r] = k_start + j;
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
 
