@@ -37,9 +37,9 @@ FA_HOST_DEVICE static inline float lse_from_base2(float m, float l, float *resid
 // is nearly all of it, so LSE is only as accurate as s_max. The kernels' m is a float32 dot product of D terms at
 // that size, summed in base 2 from a Q already rounded once more by the factor qk_scale: a few units in float32's
 // last place, which standard attention's float32 max has too, but which the LSE need not inherit. So the kernels
-// remember which key gave m (max_key: its row in k, the head's K), and at the end compute that one score again, in double: every product of
-// two floats is exact in double, and D of them add with an error near 1e-16 of their size. max_key < 0 (the row saw
-// no key) gives NaN.
+// remember which key gave m (max_key: its row in k, the head's K), and at the end compute that one score again, in
+// double: every product of two floats is exact in double, and D of them add with an error near 1e-16 of their size.
+// max_key < 0 (the row saw no key) gives NaN.
 FA_HOST_DEVICE static inline double score_in_double(const float *q_row, int64_t stride_qd, const float *k,
                                                     int64_t stride_ks, int64_t stride_kd, int64_t max_key, int64_t D,
                                                     float scale) {
