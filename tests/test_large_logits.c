@@ -14,16 +14,14 @@
 //     attention's LSE does not meet this; it is the rule's 2x that it is held to.
 // One draw proves little (the largest error of a few thousand rows moves from draw to draw by half of itself), so the
 // rule is held on every draw of every shape.
-#include "backward.h"
+#include "fa_baselines.h"
+#include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_test_device.h"
 #include "fa_verify.h"
-#include "forward4d.h"
-#include "naive.h"
-#include "naive_backward.h"
 
 #include <math.h>
 #include <stdio.h>
