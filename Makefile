@@ -60,7 +60,7 @@ help:
 	@echo "make build        configure and build only (into $(BUILD)/, binaries in $(BUILD)/bin/)"
 	@echo "make test         build and run every test but the big ones (GPU tests skip without a GPU)"
 	@echo "make test-big     the big tests alone (2^31-element runs: most of a 24 GiB machine's memory)"
-	@echo "make test-LABEL   one label's tests, big ones left out; LABEL is common, phase1 ... phase6,"
+	@echo "make test-LABEL   one label's tests, big ones left out; LABEL is common, phase1 ... phase8,"
 	@echo "                  hardening, tools, docs, lineage or gpu (e.g. make test-phase3)"
 	@echo "make sanitize     the CPU tests under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
 	@echo "make bench        the benchmark sweep (tools/), results in $(BUILD)/bench/"

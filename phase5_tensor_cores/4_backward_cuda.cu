@@ -37,7 +37,6 @@
 #include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
 #include "fa_contract.h"
-#include "tc_backward.h"
 #include "tensor_cores.h"
 
 #include <cuda_bf16.h>

@@ -16,7 +16,6 @@
 #include "fa_tensor.h"
 #include "fa_baselines.h"   // phase 3 step 3 and naive attention with BLAS, the baseline rows
 #include "register_tiles.h"
-#include "tc_backward.h"
 #include "tensor_cores.h"
 
 #include <limits.h>

@@ -15,7 +15,6 @@
 #include "fa_tensor.h"
 #include "fa_test_device.h"
 #include "fa_test_grads.h"
-#include "tc_backward.h"
 #include "tensor_cores.h"
 #include "fa_test_expect.h"
 
