@@ -60,6 +60,14 @@ static double dot(const double *a, const double *b, int64_t n) {
     return sum;
 }
 
+// The size of a dot product's terms, sum_d |a_d b_d|: what a float32 dot product's error is measured against (its
+// result may cancel to nearly 0, its error does not).
+static double abs_dot(const double *a, const double *b, int64_t n) {
+    double sum = 0.0;
+    for (int64_t d = 0; d < n; d++) sum += fabs(a[d] * b[d]);
+    return sum;
+}
+
 // One query row: scores into p[0..n) (as probabilities on return), and the row's log-sum-exp.
 static double softmax_row(const fa_shape *s, const double *q_row, const double *k_head, int64_t n, double *p) {
     double m = -INFINITY;
@@ -264,7 +272,7 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                         factors_o[d] += fabs(v_head[j * D + d]);
                     }
                     if (dout) {
-                        dp[j] = fabs(dot(dout + row * D, v_head + j * D, D));
+                        dp[j] = abs_dot(dout + row * D, v_head + j * D, D);
                         pg_dp += p[j] * g[j] * dp[j];
                         p_dp += p[j] * dp[j];
                     }
@@ -277,7 +285,7 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                 const double no_factors = 0.0;   // LSE sums no underflowing products
                 fa_set_row_bounds(&mag->lse, row, &lse_scale, &g_mean, &no_factors, 1);
                 if (!dout) continue;
-                delta[row] = fabs(dot(dout + row * D, o + row * D, D));
+                delta[row] = abs_dot(dout + row * D, o + row * D, D);
                 g_row[row] = g_mean;
                 G_row[row] = pg_dp + g_mean * p_dp;
                 for (int64_t j = 0; j < n; j++) {
@@ -319,7 +327,7 @@ void fa_oracle_magnitudes(const fa_shape *s, const double *q, const double *k, c
                             abs_terms += fabs(q_row[d] * k_row[d]);
                         }
                         const double p = exp(s->scale * score - lse[row]);
-                        const double g = fa_logit_error(s->scale * abs_terms, D), dp = fabs(dot(do_row, v_row, D));
+                        const double g = fa_logit_error(s->scale * abs_terms, D), dp = abs_dot(do_row, v_row, D);
                         const double ds_terms = p * (dp + delta[row]);
                         const double ds_logit = p * ((g + g_row[row]) * (dp + delta[row]) + G_row[row]);
                         for (int64_t d = 0; d < D; d++) {

@@ -45,7 +45,9 @@ void fa_oracle_backward(const fa_shape *shape, const double *q, const double *k,
 // logits' own terms, a_ij below):
 //   O_id: sum_j p_ij |v_jd|          dV_jd: sum_i p_ij |dO_id|          LSE_i: |max_j s_ij| + log(sum_j exp(s_ij - max))
 //   dQ_id: scale sum_j p_ij (|dP_ij| + |Delta_i|) |k_jd|     dK_jd: scale sum_i p_ij (|dP_ij| + |Delta_i|) |q_id|
-// (dS_ij = p_ij (dP_ij - Delta_i): its error is on the scale of the two terms, not of their difference.)
+// (dS_ij = p_ij (dP_ij - Delta_i): its error is on the scale of the two terms, not of their difference; and |dP_ij|
+// and |Delta_i| stand for the sizes of their own terms, sum_d |dO_id v_jd| and sum_d |dO_id O_id|, since each is a
+// float32 dot product that may cancel.)
 //
 // logit: what the float32 rounding of the logits may move the row by, relative to its scale. A float32 logit s_ij
 // is a dot product of D terms: it is off by up to about eps * sqrt(D) * a_ij, where a_ij = scale * sum_d |q_id k_jd|

@@ -159,9 +159,9 @@ void ext_oracle_backward(const fa_shape *s, const ext_options *e, const double *
     {
         // Per thread: one row's p, |dP|, slope of the cap, dropout factor and logit error factor g (fa_oracle.h), by
         // key; the dQ row's sums; and the bounds' sums of one K/V head (terms and logit parts of dK and dV).
-        double *p = fa_alloc_doubles(5 * Sk + 3 * D + 6 * Sk * D, "the oracle's backward rows");
-        double *dp = p + Sk, *slope = dp + Sk, *drop = slope + Sk, *g = drop + Sk;
-        double *abs_dq = g + Sk, *logit_dq = abs_dq + D, *factors_dq = logit_dq + D;
+        double *p = fa_alloc_doubles(6 * Sk + 3 * D + 6 * Sk * D, "the oracle's backward rows");
+        double *dp = p + Sk, *slope = dp + Sk, *drop = slope + Sk, *g = drop + Sk, *dp_terms = g + Sk;
+        double *abs_dq = dp_terms + Sk, *logit_dq = abs_dq + D, *factors_dq = logit_dq + D;
         double *abs_dk = factors_dq + D, *logit_dk = abs_dk + Sk * D, *factors_dk = logit_dk + Sk * D;
         double *abs_dv = factors_dk + Sk * D, *logit_dv = abs_dv + Sk * D, *factors_dv = logit_dv + Sk * D;
         // One program per K/V head: dK and dV of a K/V head are sums over the query heads of its group.
@@ -183,15 +183,19 @@ void ext_oracle_backward(const fa_shape *s, const ext_options *e, const double *
                     for (int64_t d = 0; d < D; d++) dq_i[d] = abs_dq[d] = logit_dq[d] = factors_dq[d] = 0.0;
                     int64_t first, last;
                     ext_key_range(s->causal, e, Sq, Sk, i, &first, &last);
-                    double delta = 0.0;   // Delta_i = dO_i . O_i
-                    for (int64_t d = 0; d < D; d++) delta += do_i[d] * o_i[d];
+                    double delta = 0.0, delta_terms = 0.0;   // Delta_i = dO_i . O_i, and the size of its terms
+                    for (int64_t d = 0; d < D; d++) {
+                        delta += do_i[d] * o_i[d];
+                        delta_terms += fabs(do_i[d] * o_i[d]);
+                    }
                     double g_mean = 0.0, G = 0.0, p_dp = 0.0;   // sum_j p_ij g_ij; what the logits move Delta_i by
                     for (int64_t j = first; j <= last; j++) {
-                        double dot = 0.0, dpj = 0.0, abs_terms = 0.0;
+                        double dot = 0.0, dpj = 0.0, abs_terms = 0.0, dpj_terms = 0.0;
                         for (int64_t d = 0; d < D; d++) {
                             dot += q_i[d] * k_g[j * D + d];
                             abs_terms += fabs(q_i[d] * k_g[j * D + d]);
                             dpj += do_i[d] * v_g[j * D + d];
+                            dpj_terms += fabs(do_i[d] * v_g[j * D + d]);
                         }
                         double score = scale * dot;
                         slope[j] = 1.0;
@@ -205,17 +209,18 @@ void ext_oracle_backward(const fa_shape *s, const ext_options *e, const double *
                         // Dropout: O = Z V with Z = P * drop, so dV takes Z and dP = (dO . V_j) * drop.
                         drop[j] = dropout_factor(e, bh, i, j);
                         dp[j] = dpj * drop[j];
+                        dp_terms[j] = dpj_terms * drop[j];   // the size of dP's terms (it may cancel)
                         g_mean += p[j] * g[j];
-                        G += p[j] * g[j] * fabs(dp[j]);
-                        p_dp += p[j] * fabs(dp[j]);
+                        G += p[j] * g[j] * dp_terms[j];
+                        p_dp += p[j] * dp_terms[j];
                     }
                     G += g_mean * p_dp;
                     for (int64_t j = first; j <= last; j++) {
                         const double ds = p[j] * (dp[j] - delta) * slope[j];
-                        const double ds_abs = p[j] * (fabs(dp[j]) + fabs(delta)) * slope[j], z = p[j] * drop[j];
+                        const double ds_abs = p[j] * (dp_terms[j] + delta_terms) * slope[j], z = p[j] * drop[j];
                         // What the logits' error moves dS_ij by: through P, through Delta_i, and through the cap's
                         // slope (its relative change is at most 2 g_ij / C).
-                        double ds_logit = p[j] * slope[j] * ((g[j] + g_mean) * (fabs(dp[j]) + fabs(delta)) + G);
+                        double ds_logit = p[j] * slope[j] * ((g[j] + g_mean) * (dp_terms[j] + delta_terms) + G);
                         if (C > 0.0) ds_logit += ds_abs * 2.0 * g[j] / C;
                         for (int64_t d = 0; d < D; d++) {
                             dq_i[d] += scale * ds * k_g[j * D + d];
@@ -228,7 +233,7 @@ void ext_oracle_backward(const fa_shape *s, const ext_options *e, const double *
                             abs_dv[j * D + d] += z * fabs(do_i[d]);
                             logit_dv[j * D + d] += z * (g[j] + g_mean) * fabs(do_i[d]);
                             // Underflow (fa_row_bounds.tiny): P and dS times their factors.
-                            const double ds_factor = scale * (1.0 + fabs(dp[j]) + fabs(delta));
+                            const double ds_factor = scale * (1.0 + dp_terms[j] + delta_terms);
                             factors_dq[d] += ds_factor * fabs(k_g[j * D + d]);
                             factors_dk[j * D + d] += ds_factor * fabs(q_i[d]);
                             factors_dv[j * D + d] += drop[j] * fabs(do_i[d]);

@@ -226,10 +226,10 @@ static void run_row(fa_report *report, const checker *ck, row_args *args, int is
     }
     if (backward) {
         const double tol_f32[3] = {ck->ref->tol_backward, ck->ref->tol_backward, ck->ref->tol_backward};
-        const double tol_half[3] = {ck->rule->tol_dq, ck->rule->tol_dk, ck->rule->tol_dv};
         const fa_grads h = {host->dq, host->dk, host->dv};
         const fa_grads d = {device ? device->dq : NULL, device ? device->dk : NULL, device ? device->dv : NULL};
-        fa_backward_outputs(&impl, s, ck->ref, opt->dtype == FA_DTYPE_FP32 ? tol_f32 : tol_half, h, d);
+        if (opt->dtype == FA_DTYPE_FP32) fa_backward_outputs(&impl, s, ck->ref, tol_f32, h, d);
+        else fa_half_backward_outputs(&impl, s, ck->ref, ck->rule, h, d);
     } else if (opt->dtype == FA_DTYPE_FP32) {
         fa_forward_outputs(&impl, s, ck->ref, host->o, device ? device->o : NULL, host->lse,
                            device ? device->lse : NULL);
@@ -461,6 +461,7 @@ int main(int argc, char **argv) {
     free(whole.dv);
     free(delta);
     if (!f.time_only) fa_free_reference(&ref);
+    fa_free_half_rule(&rule);
     if (is_half) fa_free_half_inputs(&half);
     fa_free_inputs(&in);
     return status;
