@@ -21,6 +21,10 @@ extern "C" {
 
 void naive_attention_blas_cpu(const fa_shape *shape, const float *q, const float *k, const float *v, float *scores,
                               float *o, float *lse);
+// The BLAS that runs, as the library itself says (OpenBLAS, MKL, BLIS), or the reference implementation when none of
+// their queries answers: a line for the report's header, and a short name for the row ("OpenBLAS", "reference").
+const char *naive_blas_library(void);
+const char *naive_blas_library_short(void);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,7 @@
 //   d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T) and sums along the rows of a tile
 //   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). Their ROWS x VEC sums stay in vector registers
 //   while d (or the row) runs, so each vector loaded feeds ROWS multiply-adds. P and dS are rounded at the points
-//   above. The functions of the two passes carry SIMD_CLONES and the file is compiled with -fno-trapping-math, as
-//   step 1 is (its header says why; here it lets the AVX2 version vectorise the loops that form P and dS).
+//   above. The functions of the two passes carry FA_SIMD_CLONES (common/fa_simd.h), as every CPU kernel does.
 // CUDA twin: phase5_tensor_cores/4_backward_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
@@ -24,6 +23,7 @@
 #include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 #include "forward4d.h"
 
 #include <stdlib.h>
@@ -33,12 +33,6 @@
 // Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
 #define ROWS 4
 #define VEC 16
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__INTEL_COMPILER)
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
-#else
-#define SIMD_CLONES
-#endif
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -174,7 +168,7 @@ static void backward_preprocess(const fa_shape *shape, int dtype, const tc_backw
 }
 
 // 2. One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
-SIMD_CLONES
+FA_SIMD_CLONES
 static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
                          const tc_backward_tensors *t, int atomic_dq, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
@@ -283,7 +277,7 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
 }
 
 // 3. One Q tile of one head: what one block of the deterministic dQ kernel does. Queries q_start .. + BLOCK_M - 1.
-SIMD_CLONES
+FA_SIMD_CLONES
 static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
                        const tc_backward_tensors *t, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
