@@ -33,6 +33,7 @@ typedef struct {
     int block_m, block_n;
     int impl;                     // FA_IMPL_CPU | FA_IMPL_CUDA
     int threads;                  // OpenMP threads of the parallel CPU run (default: all cores)
+    int threads_only;             // --threads-only: no 1-thread timing run (tools/cpu_compare.py saves the time)
     uint64_t seed;
     int warmup, iters;
     int check_heads;              // heads the oracle checks; 0 = as many as a time budget allows

@@ -17,10 +17,12 @@
 // exception: the CPU kernels are compiled with -fno-trapping-math (the top-level CMakeLists.txt), which changes no
 // result (nothing here reads the floating-point exception flags).
 //
-// Rounding: the 256- and 512-bit versions contract a * b + c into one fused multiply-add (one rounding instead of
-// two), the SSE2 version cannot. A given machine always runs the same version, whatever the thread count, so runs
-// stay bit for bit reproducible there; two machines of different vector width differ in the last bits, as they would
-// with any two compilers. fa_simd_hot_loops() names the version this machine runs, for the report's header.
+// Rounding: the build compiles C with -ffp-contract=off, so a * b + c rounds twice in every version, as in the SSE2
+// baseline, and the phases' checks and bit-for-bit relations hold alike on every machine; only phase 5's
+// register-tiled steps fuse multiply-adds (phase5_tensor_cores/CMakeLists.txt). A given machine always runs the same
+// version, whatever the thread count, so runs stay bit for bit reproducible there; the order of a vectorised sum
+// follows the vector width, so machines of different widths may differ in the last bits, as two compilers would.
+// fa_simd_hot_loops() names the version this machine runs, for the report's header.
 #ifndef FA_SIMD_H
 #define FA_SIMD_H
 
