@@ -42,6 +42,7 @@ static const fa_cli_spec SPEC = {
     .default_block_m = 128,
     .default_block_n = 64,
     .max_step = 5,
+    .has_baselines = 1,   // --no-baselines: naive BLAS, phase 3 step 3 and phase 4 left out
     .has_dq_mode = 1,   // steps 4 and 5: --dq deterministic|atomic|both, as in phase 4
     .cuda_head_dims = CUDA_HEAD_DIMS,
     .has_dtype = 1,   // steps 2 and 3 compute in fp16 or bf16; the float32 rows run on the same rounded inputs
@@ -152,7 +153,8 @@ static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 static int row_selected(const fa_options *opt, const row_kind *row) {
     if (row->half && opt->dtype == FA_DTYPE_FP32) return 0;   // steps 2 and 3 need --dtype fp16|bf16
     if (opt->step >= 4) return 0;                             // the backward alone: no forward rows
-    return row->step == 0 || opt->step == 0 || opt->step == row->step;
+    if (row->step == 0) return !opt->no_baselines;
+    return opt->step == 0 || opt->step == row->step;
 }
 
 // Where one device's rows read their inputs and write their outputs, and where the results come back to.
@@ -337,7 +339,7 @@ static void check_and_time_f32_backward(fa_report *report, const fa_options *opt
     const double tol[3] = {ref->tol_backward, ref->tol_backward, ref->tol_backward};
     const fa_grads no_device = {NULL, NULL, NULL};
     for (int r = 0; r < 3; r++) {
-        if (r > 0 && !(opt->dq_mode & rows[r].dq_mode)) continue;
+        if (r == 0 ? opt->no_baselines : !(opt->dq_mode & rows[r].dq_mode)) continue;
         f32_backward_args args = {s, opt->block_m, opt->block_n, rows[r].dq_mode, t};
         fa_implementation impl = {.label = rows[r].label, .is_cuda = 0, .ctx = &args, .run = rows[r].run,
                                   .flops = fa_flops_backward(s), .backward = 1,
@@ -443,6 +445,8 @@ int main(int argc, char **argv) {
                                        kv_strides, half.v, kv_strides, o, q_strides, lse, NULL);
             const tc_backward_tensors t =
                 contiguous_backward(&opt.shape, half.q, half.k, half.v, half.dout, o, lse, delta, host);
+            fa_report_add_library(&report, "step 4 cpu %s: %s", fa_dtype_name(opt.dtype),
+                                  flash_backward_tc_cpu_products(opt.dtype));
             const fa_grads no_device = {NULL, NULL, NULL};
             check_and_time_backward(&report, &opt, &ref, &rule, 0, opt.block_m, opt.block_n, t, host, no_device, 0.0);
         }

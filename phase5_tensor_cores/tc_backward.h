@@ -50,6 +50,9 @@ void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int block_m, int b
 
 // Bytes of working memory one CPU thread needs (the larger of the two passes' tiles).
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+// What the CPU's products run on for this dtype on this CPU, for the report: with bf16 inputs on a CPU with
+// AVX512_BF16, the products along d on its dot-product instruction (vdpbf16ps); otherwise float32 FMAs.
+const char *flash_backward_tc_cpu_products(int dtype);
 
 // The CUDA kernels are compiled for BLOCK_M x BLOCK_N = 64 x 64 only: 4 warps of 16 keys (dK/dV pass) or of 16
 // queries (dQ pass). D = 64 and 128 (tc_cuda_supports_head_dim).

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """cpu_compare.py - the suite's CPU steps beside PyTorch's CPU scaled_dot_product_attention, in one run.
 
-Forward: phase 5 step 1 (float32 register tiles), with phase 3 step 3 and naive attention with BLAS beside it, against
-torch.nn.functional.scaled_dot_product_attention on CPU tensors (PyTorch picks its fused flash kernel there).
-Backward: phase 5 step 5 (float32, register tiles) and phase 4 against PyTorch's float32 backward; phase 5 step 4 with
-bf16 inputs against PyTorch's bf16 backward. PyTorch's backward is timed alone: o.backward(dO) on a kept graph.
+Forward: phase 5 step 1 (float32 register tiles) against torch.nn.functional.scaled_dot_product_attention on CPU
+tensors (PyTorch picks its fused flash kernel there). Backward: phase 5 step 5 (float32, register tiles) against
+PyTorch's float32 backward; phase 5 step 4 with bf16 inputs against PyTorch's bf16 backward. (--no-baselines: the
+phase 5 driver's baselines, phase 3 and naive attention with BLAS, are left out; the class tables have them.) PyTorch's backward is timed alone: o.backward(dO) on a kept graph.
 
 The machine is shared and noisy, so every configuration is run as interleaved series (suite, PyTorch, suite,
 PyTorch, ...) and the table takes the median of the series' medians; tools/fma_peak runs before and after, and the
@@ -42,8 +42,8 @@ def run_suite(binary, args, threads):
     """Runs one phase binary with --csv; returns {label: median_ms} of its rows at `threads` threads."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "rows.csv")
-        cmd = [binary, "--impl", "cpu", "--threads", str(threads), "--threads-only", "--warmup", "0", "--iters", "3",
-               "--check-heads", "1", "--csv", path] + args
+        cmd = [binary, "--impl", "cpu", "--threads", str(threads), "--threads-only", "--no-baselines", "--warmup", "0",
+               "--iters", "3", "--check-heads", "1", "--csv", path] + args
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode not in (0, 1):
             sys.exit(f"cpu_compare.py: {' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
