@@ -16,12 +16,15 @@
 //   while d (or the row) runs, so each vector loaded feeds ROWS multiply-adds. P and dS are rounded at the points
 //   above. The functions of the two passes carry FA_SIMD_CLONES (common/fa_simd.h), as every CPU kernel does.
 //   With bf16 inputs, on a CPU with AVX512_BF16, the four products along d use the CPU's own bf16 dot product instead
-//   (along_d_bf16_dot: vdpbf16ps, chosen at run time; flash_backward_tc_cpu_products() says which ran): one
-//   instruction takes 16 pairs of bf16 products, exact in float32, and adds them to 16 float32 sums, as an mma does.
+//   (bf16_dot_along_d in phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran):
+//   one instruction takes 16 pairs of bf16 products, exact in float32, and adds them to 16 float32 sums, as an mma
+//   does.
 // CUDA twin: phase5_tensor_cores/4_backward_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
 #include "tc_backward.h"
+
+#include "bf16_dot.h"
 
 #include "fa_exp2.h"
 #include "fa_half.h"
@@ -32,21 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-// AVX512_BF16's dot product, where the compiler has it (GCC 10, Clang 9 on): built always, run where the CPU has it.
-#if defined(__GNUC__) && defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
-#include <immintrin.h>
-#define TC_HAVE_BF16_DOT 1
-#define TC_BF16_BUILT_NOTE ""
-#else
-#define TC_HAVE_BF16_DOT 0
-#define TC_BF16_BUILT_NOTE ", or this build cannot compile for it"
-#endif
-
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
 // The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 1's sizes).
 // Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
 #define ROWS 4
 #define VEC 16
+_Static_assert(ROWS == BF16_DOT_ROWS && VEC == BF16_DOT_COLS, "bf16_dot_along_d computes ROWS x VEC blocks");
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -65,7 +59,7 @@ typedef struct {
                                    // [ROWS, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
     float *ds_tile;                // [M_pad, N_pad]  dS of the tile, rounded, for the atomic dQ (shared memory)
     float *dq_rows;                // [ROWS, D_pad]   the atomic dQ's share of ROWS rows, before it is added
-    // bf16 inputs on a CPU with AVX512_BF16 (along_d_bf16_dot): the tiles as bf16 bits, rows and pairs along d.
+    // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
     uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
     uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] Q and dO (dK/dV pass), K and V (dQ pass)
 } workspace;
@@ -126,19 +120,6 @@ static void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t
         }
 }
 
-// The same rows as bf16 bits, for along_d_bf16_dot: `rows` as [count][D_pad] and, when `pairs` is not NULL, in pairs
-// along d, [D_pad / 2][pairs_pad][2]: element (r, d) at pairs[((d / 2) * pairs_pad + r) * 2 + d % 2], so that one
-// 64-byte load holds dims d and d + 1 of 16 rows. Rows past `exist` are zeros; the padding stays zero.
-static void stage_bf16(const uint16_t *x, fa_strides strides, int64_t first, int64_t count, int64_t exist, int64_t D,
-                       int64_t D_pad, uint16_t *rows, uint16_t *pairs, int64_t pairs_pad) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t d = 0; d < D; d++) {
-            const uint16_t bits = first + r < exist ? x[(first + r) * strides.s + d * strides.d] : 0;
-            if (rows) rows[r * D_pad + d] = bits;
-            if (pairs) pairs[((d / 2) * pairs_pad + r) * 2 + d % 2] = bits;
-        }
-}
-
 // The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
 // registers because the row loop is unrolled completely and the column loop vectorised; every product of this file
 // is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
@@ -160,53 +141,6 @@ static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const flo
     }
     for (int r = 0; r < ROWS; r++)
         for (int jj = 0; jj < VEC; jj++) out[r * out_pad + jj] = sum[r][jj];
-}
-
-// Sums along d with AVX512_BF16, for bf16 tiles: out[r][jj] = sum_d a[r][d] * b[jj][d] for ROWS rows of a ([rows][D_pad]
-// bf16) and VEC = 16 columns of b, staged in pairs along d (stage_bf16). Per pair of dims, one 64-byte load of b and,
-// for each row, a broadcast of a's pair and one vdpbf16ps:
-//
-//   lane jj of sum[r] += a[r][d] * b[jj][d] + a[r][d+1] * b[jj][d+1]    (16 lanes = 16 columns, float32 sums)
-//        b (one zmm):  | b[0][d] b[0][d+1] | b[1][d] b[1][d+1] | ... | b[15][d] b[15][d+1] |
-//        a (broadcast):| a[r][d] a[r][d+1] | a[r][d] a[r][d+1] | ... |
-//
-// The products of two bf16 values are exact in float32; the instruction adds the two of a lane to the sum one after
-// the other (d + 1 first), rounding each time, and treats denormal inputs as zero. A sum of exact products in float32,
-// as the other micro-kernel's and the tensor core's: the checks' rule holds alike.
-#if TC_HAVE_BF16_DOT
-__attribute__((target("avx512bf16,avx512f"))) static void along_d_bf16_dot(const uint16_t *a, int64_t D_pad,
-                                                                           const uint16_t *b_pairs, int64_t b_pad,
-                                                                           int64_t D, float *out, int64_t out_pad) {
-    __m512 sum[ROWS];
-    for (int r = 0; r < ROWS; r++) sum[r] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d += 2) {   // D odd: dim D is padding, zero
-        const __m512i b = _mm512_loadu_si512((const void *)(b_pairs + d * b_pad));   // pair d / 2: 16 x 2 bf16
-        for (int r = 0; r < ROWS; r++) {
-            int32_t pair;
-            memcpy(&pair, a + r * D_pad + d, sizeof pair);
-            sum[r] = _mm512_dpbf16_ps(sum[r], (__m512bh)_mm512_set1_epi32(pair), (__m512bh)b);
-        }
-    }
-    for (int r = 0; r < ROWS; r++) _mm512_storeu_ps(out + r * out_pad, sum[r]);
-}
-#endif
-
-// 1 when the products along d run on AVX512_BF16: bf16 inputs and a CPU that has it.
-static int use_bf16_dot(int dtype) {
-#if TC_HAVE_BF16_DOT
-    __builtin_cpu_init();
-    return dtype == FA_DTYPE_BF16 && __builtin_cpu_supports("avx512bf16");
-#else
-    (void)dtype;
-    return 0;
-#endif
-}
-
-const char *flash_backward_tc_cpu_products(int dtype) {
-    if (use_bf16_dot(dtype)) return "products along d on AVX512_BF16 (vdpbf16ps), the others float32 FMAs";
-    if (dtype == FA_DTYPE_BF16)
-        return "float32 FMAs (this CPU has no AVX512_BF16" TC_BF16_BUILT_NOTE ")";
-    return "float32 FMAs";
 }
 
 // Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
@@ -266,14 +200,14 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
     float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
-    const int bf16_dot = use_bf16_dot(dtype);
+    const int bf16_dot = bf16_dot_available(dtype);
 
     stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
     stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
     if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
         memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
-        stage_bf16(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_a, NULL, 0);
-        stage_bf16(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_b, NULL, 0);
+        bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_a, NULL, 0);
+        bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_b, NULL, 0);
     }
     for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
 
@@ -287,8 +221,8 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
         stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
         stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
         if (bf16_dot) {
-            stage_bf16(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_a, M_pad);
-            stage_bf16(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_b, M_pad);
+            bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_a, M_pad);
+            bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_b, M_pad);
         }
         for (int i = 0; i < BLOCK_M; i++) {
             w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
@@ -303,13 +237,11 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
             // 1. s_ci = K_c . Q_i and dp_ci = V_c . dO_i for every query i of the tile, float32 sums of exact
             //    products (the first two mmas), VEC queries at a time.
             for (int64_t i0 = 0; i0 < M_pad; i0 += VEC) {
-#if TC_HAVE_BF16_DOT
                 if (bf16_dot) {
-                    along_d_bf16_dot(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s + i0, M_pad);
-                    along_d_bf16_dot(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp + i0, M_pad);
+                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s + i0, M_pad);
+                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp + i0, M_pad);
                     continue;
                 }
-#endif
                 along_d_micro_kernel(w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
                 along_d_micro_kernel(w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
             }
@@ -392,14 +324,14 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
     float *dq_acc = w->acc_a;
-    const int bf16_dot = use_bf16_dot(dtype);
+    const int bf16_dot = bf16_dot_available(dtype);
 
     stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
     stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
     if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
         memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
-        stage_bf16(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_a, NULL, 0);
-        stage_bf16(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_b, NULL, 0);
+        bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_a, NULL, 0);
+        bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_b, NULL, 0);
     }
     for (int i = 0; i < BLOCK_M; i++) {
         w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
@@ -414,8 +346,8 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
         stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
         stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, w->v_t, N_pad);
         if (bf16_dot) {
-            stage_bf16(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_a, N_pad);
-            stage_bf16(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_b, N_pad);
+            bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_a, N_pad);
+            bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_b, N_pad);
         }
 
         // The warps' queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's
@@ -424,13 +356,11 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
             float *s = w->s, *dp = w->dp;   // [ROWS][N_pad]
             // S_ij = Q_i . K_j and dP_ij = dO_i . V_j, float32 sums of exact products, VEC keys at a time.
             for (int64_t j0 = 0; j0 < N_pad; j0 += VEC) {
-#if TC_HAVE_BF16_DOT
                 if (bf16_dot) {
-                    along_d_bf16_dot(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s + j0, N_pad);
-                    along_d_bf16_dot(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp + j0, N_pad);
+                    bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s + j0, N_pad);
+                    bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp + j0, N_pad);
                     continue;
                 }
-#endif
                 along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s + j0, N_pad);
                 along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp + j0, N_pad);
             }
@@ -494,3 +424,5 @@ void flash_backward_tc_cpu(const fa_shape *shape, int dtype, int block_m, int bl
         free(w.q_tile);   // the start of the one allocation
     }
 }
+
+const char *flash_backward_tc_cpu_products(int dtype) { return bf16_dot_products(dtype); }
