@@ -9,7 +9,7 @@
 // row and the header name it.
 // Run: build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1
 #define _GNU_SOURCE   // dladdr, before any system header
-#include "naive_blas.h"
+#include "fa_baselines.h"
 
 #include "fa_exp2.h"
 #include "fa_math.h"   // LOG2E, LN2

@@ -16,7 +16,7 @@
 // AVX2 with FMA, AVX-512): like every CPU kernel of the suite, the function that holds the loops is marked
 // FA_SIMD_CLONES (common/fa_simd.h), compiled once per vector width, and the loader picks the widest the CPU has.
 #include "register_tiles.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include "fa_exp2.h"
 #include "fa_tensor.h"
@@ -209,9 +209,11 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
     }
 }
 
-void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                               const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                               fa_strides o_strides, float *lse) {
+void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
+    const float *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
 #pragma omp parallel
     {

@@ -15,13 +15,13 @@
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 5 --B 1 --H 8 --S 2048 --D 64 --threads 2 --dq both
 #include "register_tiles.h"
 
-#include "backward.h"
+#include "fa_baselines.h"   // backward_preprocess_cpu (phase 4's preprocess)
 
 #include "fa_exp2.h"
 #include "fa_math.h"   // lse_to_base2
 #include "fa_tensor.h"
 #include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include <stdlib.h>
 

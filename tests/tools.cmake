@@ -34,7 +34,9 @@ add_test(NAME tools_headline_tables
 add_test(NAME tools_py_compile
          COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
                  ${tools_dir}/bench.py ${tools_dir}/plot_bench.py ${tools_dir}/pytorch_compare.py
-                 ${tools_dir}/headline_tables.py ${tools_checker})
+                 ${tools_dir}/headline_tables.py ${tools_dir}/ncu_tables.py ${tools_dir}/log_excerpt.py
+                 ${tools_dir}/kernel_rules.py ${tools_dir}/plot_concepts.py ${tools_dir}/plot_tile_maps.py
+                 ${tools_dir}/plot_tensor_core_maps.py ${tools_checker})
 
 set_tests_properties(tools_bench_quick tools_plots tools_npy_check tools_headline_tables tools_py_compile
                      PROPERTIES LABELS "tools;cpu" SKIP_RETURN_CODE 77)

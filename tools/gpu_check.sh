@@ -9,8 +9,8 @@
 #   4. run the benchmarks (make bench's sweep, and each phase at the shapes the docs quote: LOGDIR/headline.log);
 #   5. publish: the figures of the sweep (tools/plot_bench.py) and the logs the docs quote, copied into docs/figures/
 #      (or FA_PUBLISH_DIR) under the GPU's model as prefix (h100-headline.log, h100-results.csv, h100-summary.md,
-#      h100-machine.log, h100-*.png), ready to commit beside the chapters that quote them, and h100-tables.md: the
-#      docs' GPU tables read off h100-headline.log by tools/headline_tables.py, to paste into the chapters.
+#      h100-machine.log, h100-*.png), ready to commit beside the chapters that quote them; then every generated table
+#      of the docs is rewritten from them (python3 tools/check_docs.py --regenerate).
 # Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench
 # publish");
 # FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
@@ -93,9 +93,8 @@ if want publish; then
         for log in headline.log results.csv summary.md machine.log; do
             [ -f "$LOGDIR/$log" ] && cp "$LOGDIR/$log" "$figures/$prefix$log"
         done
-        # The docs' GPU tables, read off the published headline log, to paste into the chapters.
-        [ -f "$figures/${prefix}headline.log" ] && python3 tools/headline_tables.py "$figures/${prefix}headline.log" \
-            > "$figures/${prefix}tables.md"
+        # The docs' GPU tables: every generated block rewritten from the logs just published (into docs/figures/).
+        [ "$figures" = docs/figures ] && python3 tools/check_docs.py --regenerate > "$LOGDIR/regenerate.log" 2>&1
         record publish ok "$(ls "$figures/$prefix"* | tr '\n' ' ')"
     else
         record publish FAIL "see plots.log (no results.csv without the bench step)"

@@ -1,137 +1,351 @@
 #!/usr/bin/env python3
-"""headline_tables.py - the GPU tables the docs quote, read off a headline.log (tools/headline.sh's output).
+"""headline_tables.py - the GPU tables the docs quote, read off a headline log (tools/headline.sh's output).
 
-    python3 tools/headline_tables.py docs/figures/h100-headline.log
+    python3 tools/headline_tables.py LOG                 every table, each under the name of the chapter that shows it
+    python3 tools/headline_tables.py LOG --table NAME [--from DOC]
+                                                         one table, as the chapter's generated block holds it (its
+                                                         link to the log relative to DOC; default: a file in docs/)
 
-Prints, as Markdown to paste, the GPU tables of the docs at B=4 H=16 S=4096, each under a line that names the GPU and
-the log: README.md ("What it measures"), docs/01-naive.md (the naive kernels), docs/03-forward-4d.md (step 3,
-non-causal against causal), docs/04-backward.md (the backward against the forward) and docs/06-tensor-cores.md (phase
-5's steps beside PyTorch's kernels). Every number is a timing row the phase binaries or tools/pytorch_compare.py
-printed; nothing is recomputed but the ratios of two of them. Standard library only.
-Exit status: 0 printed, 1 a check in the log failed, 2 the log lacks a row a table needs (one "error:" line).
+The chapters hold each table between markers that name this command (tools/check_docs.py checks that the block is
+what the command prints, and `python3 tools/check_docs.py --regenerate` rewrites every block after a new log is
+committed). Each table is printed under one line that names the GPU, the command and the log. Every number is a row
+the phase binaries or tools/pytorch_compare.py printed; nothing is computed but ratios of two of them. Standard library
+only. Exit status: 0 printed, 1 a check in the log failed, 2 the log lacks a row a table needs (one "error:" line).
 """
+import os
 import re
 import sys
 
-COMMAND = re.compile(r"^\$ ([\w.]+) (.*)$")
+COMMAND = re.compile(r"^\$ ([\w.]+)(.*)$")
 ROW = re.compile(r"^  (?P<label>\S.*?)\s+(?P<causal>yes|no)\s+(?P<impl>cpu|cuda)\s+(?P<threads>\S+)\s+"
                  r"(?P<ms>[\d.]+)\s+[\d.]+\s+(?P<gflops>[\d.]+)\s+\S+\s+(?P<extra>[\d.]+ \w+)")
 # tools/pytorch_compare.py's progress line: "sdpa flash bf16   S=4096   D=64   causal=no   ok   1.234 ms   111.1 GFLOP/s"
 TORCH_ROW = re.compile(r"^(?P<label>sdpa \S.*?)\s+S=\d+\s+D=(?P<D>\d+)\s+causal=(?P<causal>yes|no)\s+(?P<status>\w+)\s+"
                        r"(?P<ms>[\d.]+) ms\s+(?P<gflops>[\d.]+) GFLOP/s")
+NOTE = re.compile(r"^  note: (.*)$")
+SHAPES = ((64, False), (64, True), (128, False), (128, True))
 
 
-def read_log(path):
-    """(binary, D, dq mode, dtype, label, causal) -> the cuda timing row; the GPU's header line; whether every check
-    passed. PyTorch's rows are filed under the binary "pytorch_compare.py"."""
-    rows, gpu, passed, run = {}, None, True, None
-    with open(path, errors="replace") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            m = COMMAND.match(line)
-            if m:
-                flags = m.group(2).split()
-                value = lambda flag, default: flags[flags.index(flag) + 1] if flag in flags else default
-                run = (m.group(1), int(value("--D", "0")), value("--dq", "both"), value("--dtype", "fp32"))
-            elif line.startswith("GPU: ") and line != "GPU: none":   # "GPU: NAME, compute capability 9.0, 132 SMs, ..."
-                name, _, facts = line[5:].partition(", compute capability")
-                sms_mhz = re.search(r"(\d+) SMs, (\d+) MHz", facts)
-                gpu = name + (f" ({sms_mhz[1]} SMs, {sms_mhz[2]} MHz)" if sms_mhz else "")
-            elif line.startswith("SOME CHECKS FAILED"):
-                passed = False
-            elif run and (m := ROW.match(line)) and m["impl"] == "cuda":
-                rows.setdefault(run + (m["label"], m["causal"] == "yes"), m.groupdict())
-            elif run and (m := TORCH_ROW.match(line)) and m["status"] == "ok":
-                rows.setdefault((run[0], int(m["D"]), "both", "fp32", m["label"], m["causal"] == "yes"), m.groupdict())
-    return rows, gpu, passed
+def parse_flags(text):
+    """'--D 64 --causal --dq atomic' -> {'--D': '64', '--causal': '', '--dq': 'atomic'}"""
+    flags, words = {}, text.split()
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else ""
+            flags[word] = value
+    return flags
 
 
-def main(argv):
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    path = argv[0]
-    try:
-        rows, gpu, passed = read_log(path)
-    except OSError as e:
-        print(f"error: cannot read {path}: {e.strerror}", file=sys.stderr)
-        return 2
+class Log:
+    """The runs of a headline log: each command with its cuda timing rows and its notes."""
 
-    def row(binary, D, label, causal, dq="both", dtype="fp32"):
-        key = (binary, D, dq, dtype, label, causal)
-        if key not in rows:
-            print(f"error: {path} has no cuda row '{label}' (causal {causal}) from {binary} --D {D}"
-                  + (f" --dq {dq}" if dq != "both" else "") + (f" --dtype {dtype}" if dtype != "fp32" else ""),
-                  file=sys.stderr)
-            sys.exit(2)
-        return rows[key]
+    def __init__(self, path):
+        self.path, self.runs, self.gpu, self.passed = path, [], None, True
+        self.link_from = "docs"   # the folder of the document that shows the table (its link to the log)
+        run = None
+        with open(path, errors="replace") as f:
+            for line in f:
+                line = line.rstrip("\n")
+                m = COMMAND.match(line)
+                if m:
+                    run = {"binary": m.group(1), "flags": parse_flags(m.group(2)), "rows": {}, "notes": []}
+                    self.runs.append(run)
+                elif line.startswith("GPU: ") and line != "GPU: none":   # "GPU: NAME, compute capability 9.0, ..."
+                    name, _, facts = line[5:].partition(", compute capability")
+                    sms_mhz = re.search(r"(\d+) SMs, (\d+) MHz", facts)
+                    self.gpu = name + (f" ({sms_mhz[1]} SMs, {sms_mhz[2]} MHz)" if sms_mhz else "")
+                elif line.startswith("SOME CHECKS FAILED"):
+                    self.passed = False
+                elif run is None:
+                    continue
+                elif (m := ROW.match(line)) and m["impl"] == "cuda":
+                    run["rows"].setdefault((m["label"], m["causal"] == "yes"), m.groupdict())
+                elif (m := TORCH_ROW.match(line)) and m["status"] == "ok":
+                    run["rows"].setdefault((f"{m['label']} D={m['D']}", m["causal"] == "yes"), m.groupdict())
+                elif m := NOTE.match(line):
+                    run["notes"].append(m.group(1))
 
-    ms = lambda r: float(r["ms"])
-    tf = lambda r: float(r["gflops"]) / 1000
-    source = (f"Measured on an {gpu or 'unknown GPU'}: B=4, H=16, S=4096, float32, `tools/headline.sh`, medians of "
-              f"10 runs, the log in {path}; " + ("every check PASS." if passed else "SOME CHECKS FAILED."))
-    shapes = ((64, False), (64, True), (128, False), (128, True))
-    naive = {s: row("phase1_naive", s[0], "naive", s[1]) for s in shapes}
-    # Phase 3 labels its causal rows "step 3 (causal)" (its check block has no causal column).
-    step3 = {s: row("phase3_forward_4d", s[0], "step 3 (causal)" if s[1] else "step 3", s[1]) for s in shapes}
-    det = {s: row("phase4_backward", s[0], "backward det", s[1], "deterministic") for s in shapes}
-    atomic = {s: row("phase4_backward", s[0], "backward atomic", s[1], "atomic") for s in shapes}
-    forward = {s: row("phase4_backward", s[0], "forward (phase 3 step 3)", s[1], "deterministic") for s in shapes}
-    naive_bwd = {s: row("phase4_backward", s[0], "naive backward", s[1], "deterministic") for s in shapes}
+    def find(self, binary, **flags):
+        """The first run of `binary` whose flags hold every given value (flag names without "--", "_" for "-"; the
+        value None: the flag is absent; "": present without a value)."""
+        for run in self.runs:
+            if run["binary"] != binary:
+                continue
+            ok = True
+            for name, value in flags.items():
+                flag = "--" + name.replace("_", "-")
+                if value is None:
+                    ok = ok and flag not in run["flags"]
+                else:
+                    ok = ok and run["flags"].get(flag) == str(value)
+            if ok:
+                return run
+        self.missing(f"no run of {binary} with " + " ".join(f"{k}={v}" for k, v in flags.items()))
 
-    print("README.md, What it measures:\n\n" + source + "\n")
-    print("| | D=64 | D=64 causal | D=128 |\n|---|---|---|---|")
+    def row(self, binary, label, causal, **flags):
+        """The cuda timing row `label` of the first matching run that has it."""
+        flags = {k: v for k, v in flags.items()}
+        if causal:
+            flags.setdefault("causal", "")
+        else:
+            flags.setdefault("causal", None)
+        for run in self.runs:
+            if run["binary"] != binary:
+                continue
+            if all((("--" + k.replace("_", "-")) not in run["flags"]) if v is None else
+                   run["flags"].get("--" + k.replace("_", "-")) == str(v) for k, v in flags.items()):
+                if (label, causal) in run["rows"]:
+                    return run["rows"][(label, causal)]
+        self.missing(f"no cuda row '{label}' (causal {causal}) from {binary} with "
+                     + " ".join(f"{k}={v}" for k, v in flags.items() if k != "causal"))
+
+    def torch(self, label, D, causal):
+        return self.row("pytorch_compare.py", f"{label} D={D}", causal, causal=None)
+
+    def missing(self, what):
+        print(f"error: {self.path}: {what}", file=sys.stderr)
+        sys.exit(2)
+
+    def source(self, what="float32", command="`tools/headline.sh`", runs="medians of 10 runs"):
+        link = os.path.relpath(self.path, self.link_from)
+        return (f"Measured on an {self.gpu or 'unknown GPU'}: {what}, {command}, {runs}, the log in "
+                f"[{link}]({link}); "
+                + ("every check PASS." if self.passed else "SOME CHECKS FAILED."))
+
+
+ms = lambda r: float(r["ms"])
+tf = lambda r: float(r["gflops"]) / 1000
+
+
+def torch_row(log, label, D, causal):
+    # pytorch_compare.py labels its rows without "--causal" in the command: every shape is in one run.
+    for run in log.runs:
+        if run["binary"] == "pytorch_compare.py" and (f"{label} D={D}", causal) in run["rows"]:
+            return run["rows"][(f"{label} D={D}", causal)]
+    log.missing(f"no PyTorch row '{label}' at D={D} causal={causal}")
+
+
+def table_readme(log):
+    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0]) for s in SHAPES}
+    step3 = {s: log.row("phase3_forward_4d", "step 3 (causal)" if s[1] else "step 3", s[1], D=s[0])
+             for s in SHAPES}
+    det = {s: log.row("phase4_backward", "backward det", s[1], D=s[0], dq="deterministic") for s in SHAPES}
+    atomic = {s: log.row("phase4_backward", "backward atomic", s[1], D=s[0], dq="atomic") for s in SHAPES}
+    p5 = {s: log.row("phase5_tensor_cores", "step 3 pipeline bf16", s[1], D=s[0], dtype="bf16", step=None)
+          for s in SHAPES}
+    out = [log.source("B=4, H=16, S=4096, float32 (phase 5: bf16)"), "",
+           "| | D=64 | D=64 causal | D=128 |", "|---|---|---|---|"]
     for what, cell in (("phase 1 naive forward (S, P in memory)", lambda s: f"{tf(naive[s]):.1f}"),
                        ("phase 3 step 3 forward (FlashAttention)", lambda s: f"{tf(step3[s]):.1f}"),
                        ("phase 4 backward, deterministic dQ / atomic dQ",
-                        lambda s: f"{tf(det[s]):.1f} / {tf(atomic[s]):.1f}")):
-        cells = [cell(s) + (" TFLOP/s" if s == (64, False) else "") for s in shapes[:3]]
-        print(f"| {what} | " + " | ".join(cells) + " |")
+                        lambda s: f"{tf(det[s]):.1f} / {tf(atomic[s]):.1f}"),
+                       ("phase 5 step 3 forward, tensor cores, bf16", lambda s: f"{tf(p5[s]):.1f}")):
+        cells = [cell(s) + (" TFLOP/s" if s == (64, False) else "") for s in SHAPES[:3]]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    return out
 
-    print("\ndocs/01-naive.md, What to expect on the GPU:\n\n" + source + "\n")
-    print("| B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |\n|---|---|---|---|---|")
-    print("| naive cuda, ms | " + " | ".join(f"{ms(naive[s]):.1f}" for s in shapes) + " |")
-    print("| naive cuda, GFLOP/s | " + " | ".join(f"{float(naive[s]['gflops']):.0f}" for s in shapes) + " |")
-    print("| extra memory (S, P) | " + " | ".join(naive[s]["extra"] for s in shapes) + " |")
 
-    print("\ndocs/03-forward-4d.md, Measured on the GPU:\n\n" + source + "\n")
-    print("| D | non-causal ms (TFLOP/s) | causal ms (TFLOP/s) | causal / non-causal | naive, for comparison |\n"
-          "|---|---|---|---|---|")
+def table_naive(log):
+    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0]) for s in SHAPES}
+    return [log.source("B=4, H=16, S=4096, float32; the float64 oracle checked 2 of the 64 heads"), "",
+            "| B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|",
+            "| naive cuda, ms | " + " | ".join(f"{ms(naive[s]):.1f}" for s in SHAPES) + " |",
+            "| naive cuda, GFLOP/s | " + " | ".join(f"{float(naive[s]['gflops']):.0f}" for s in SHAPES) + " |",
+            "| extra memory (S, P) | " + " | ".join(naive[s]["extra"] for s in SHAPES) + " |"]
+
+
+def table_forward(log):
+    naive = {s: log.row("phase1_naive", "naive", s[1], D=s[0]) for s in SHAPES}
+    step3 = {s: log.row("phase3_forward_4d", "step 3 (causal)" if s[1] else "step 3", s[1], D=s[0])
+             for s in SHAPES}
+    out = [log.source("`--impl cuda --step 3 --B 4 --H 16 --S 4096`, default `64x32` tiles, float32"), "",
+           "| D | non-causal ms (TFLOP/s) | causal ms (TFLOP/s) | causal / non-causal | naive, for comparison |",
+           "|---|---|---|---|---|"]
     for D in (64, 128):
         full, causal = step3[(D, False)], step3[(D, True)]
-        print(f"| {D} | {ms(full):.2f} ({tf(full):.1f}) | {ms(causal):.2f} ({tf(causal):.1f}) | "
-              f"{ms(causal) / ms(full):.2f} | {ms(naive[(D, False)]):.1f} ms ({tf(naive[(D, False)]):.1f}) |")
+        out.append(f"| {D} | {ms(full):.2f} ({tf(full):.1f}) | {ms(causal):.2f} ({tf(causal):.1f}) | "
+                   f"{ms(causal) / ms(full):.2f} | {ms(naive[(D, False)]):.1f} ms ({tf(naive[(D, False)]):.1f}) |")
+    return out
 
-    print("\ndocs/04-backward.md, the backward on the GPU:\n\n" + source + "\n")
-    print("| D | causal | forward ms | backward det ms (GFLOP/s) | backward atomic ms (GFLOP/s) | naive backward ms | "
-          "det / fwd | atomic / fwd |\n|---|---|---|---|---|---|---|---|")
-    for s in shapes:
+
+def table_backward(log):
+    get = lambda label, dq: {s: log.row("phase4_backward", label, s[1], D=s[0], dq=dq) for s in SHAPES}
+    det, atomic = get("backward det", "deterministic"), get("backward atomic", "atomic")
+    forward, naive_bwd = get("forward (phase 3 step 3)", "deterministic"), get("naive backward", "deterministic")
+    out = [log.source("B=4, H=16, S=4096, float32, `64x64` tiles"), "",
+           "| D | causal | forward ms | backward det ms (GFLOP/s) | backward atomic ms (GFLOP/s) | naive backward ms | "
+           "det / fwd | atomic / fwd |", "|---|---|---|---|---|---|---|---|"]
+    for s in SHAPES:
         f, d, a = ms(forward[s]), det[s], atomic[s]
-        print(f"| {s[0]} | {'yes' if s[1] else 'no'} | {f:.1f} | {ms(d):.1f} ({float(d['gflops']):.0f}) | "
-              f"{ms(a):.1f} ({float(a['gflops']):.0f}) | {ms(naive_bwd[s]):.1f} | {ms(d) / f:.2f}x | {ms(a) / f:.2f}x |")
+        out.append(f"| {s[0]} | {'yes' if s[1] else 'no'} | {f:.1f} | {ms(d):.1f} ({float(d['gflops']):.0f}) | "
+                   f"{ms(a):.1f} ({float(a['gflops']):.0f}) | {ms(naive_bwd[s]):.1f} | {ms(d) / f:.2f}x | "
+                   f"{ms(a) / f:.2f}x |")
+    return out
 
-    print("\ndocs/06-tensor-cores.md, phase 5 beside PyTorch (forward):\n\n" + source.replace("float32", "float32, fp16 "
-          "and bf16").replace("`tools/headline.sh`", "`tools/headline.sh` (PyTorch's rows: `tools/pytorch_compare.py`, "
-          "same run)") + "\n")
-    print("| forward, TFLOP/s | D=64 | D=64 causal | D=128 | D=128 causal |\n|---|---|---|---|---|")
-    p5 = lambda label, dtype: {s: row("phase5_tensor_cores", s[0], label, s[1], dtype=dtype) for s in shapes}
-    torch = lambda label: {s: row("pytorch_compare.py", s[0], label, s[1]) for s in shapes}
-    for what, fp16, bf16 in (("phase 3 step 3, fp32", None, p5("phase 3 step 3", "bf16")),
-                             ("phase 5 step 1 register tiles, fp32", None, p5("step 1 register tiles", "bf16")),
-                             ("phase 5 step 2 mma, fp16 / bf16", p5("step 2 mma fp16", "fp16"),
+
+def table_phase5_forward(log):
+    p5 = lambda label, dtype: {s: log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype=dtype, step=None)
+                               for s in SHAPES}
+    torch = lambda label: {s: torch_row(log, label, s[0], s[1]) for s in SHAPES}
+    out = [log.source("B=4, H=16, S=4096, TFLOP/s by the suite's convention; the float32 rows ran on the bf16-rounded "
+                      "inputs of the bf16 runs", "`tools/headline.sh` (PyTorch 2.11's rows: `tools/pytorch_compare.py`,"
+                      " same run)"), "",
+           "| forward, B=4 H=16 S=4096, TFLOP/s | D=64 | D=64 causal | D=128 | D=128 causal |",
+           "|---|---|---|---|---|"]
+    for what, fp16, bf16 in (("phase 3 step 3, fp32, `128x64` tiles", None, p5("phase 3 step 3", "bf16")),
+                             ("step 1 register tiles, fp32", None, p5("step 1 register tiles", "bf16")),
+                             ("step 2 `mma.sync`, fp16 / bf16", p5("step 2 mma fp16", "fp16"),
                               p5("step 2 mma bf16", "bf16")),
-                             ("phase 5 step 3 pipeline, fp16 / bf16", p5("step 3 pipeline fp16", "fp16"),
+                             ("step 3 swizzle + `cp.async`, fp16 / bf16", p5("step 3 pipeline fp16", "fp16"),
                               p5("step 3 pipeline bf16", "bf16")),
                              ("PyTorch fp32 memory-efficient", None, torch("sdpa efficient")),
                              ("PyTorch FlashAttention-2, fp16 / bf16", torch("sdpa flash fp16"),
                               torch("sdpa flash bf16")),
                              ("PyTorch cuDNN, fp16 / bf16", torch("sdpa cudnn fp16"), torch("sdpa cudnn bf16"))):
-        cells = [(f"{tf(fp16[s]):.1f} / " if fp16 else "") + f"{tf(bf16[s]):.1f}" for s in shapes]
-        print(f"| {what} | " + " | ".join(cells) + " |")
-    ratio = lambda dtype, s: ms(torch(f"sdpa flash {dtype}")[s]) / ms(p5(f"step 3 pipeline {dtype}", dtype)[s])
-    print("| step 3 speed / FlashAttention-2's, fp16 / bf16 | " +
-          " | ".join(f"{ratio('fp16', s):.2f} / {ratio('bf16', s):.2f}" for s in shapes) + " |")
-    return 0 if passed else 1
+        cells = [(f"{tf(fp16[s]):.1f} / " if fp16 else "") + f"{tf(bf16[s]):.1f}" for s in SHAPES]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    ratio = lambda dtype, s: (ms(torch(f"sdpa flash {dtype}")[s]) /
+                              ms(p5(f"step 3 pipeline {dtype}", dtype)[s]))
+    out.append("| step 3 / FlashAttention-2, fp16 / bf16 | " +
+               " | ".join(f"{ratio('fp16', s):.2f} / {ratio('bf16', s):.2f}" for s in SHAPES) + " |")
+    return out
+
+
+def table_phase5_readme(log):
+    p5 = lambda label: {s: log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype="bf16", step=None)
+                        for s in SHAPES}
+    out = [log.source("B=4, H=16, S=4096, TFLOP/s (median ms)", "`tools/headline.sh` (`build/bin/phase5_tensor_cores "
+                      "--impl cuda --dtype bf16 --D 64|128 [--causal]`)"), "",
+           "| forward, B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    for what, label in (("phase 3 step 3, fp32, `128x64`", "phase 3 step 3"),
+                        ("step 1 register tiles, fp32", "step 1 register tiles"),
+                        ("step 2 `mma.sync`, bf16", "step 2 mma bf16"),
+                        ("step 3 swizzle + `cp.async`, bf16", "step 3 pipeline bf16")):
+        rows = p5(label)
+        out.append(f"| {what} | " + " | ".join(f"{tf(rows[s]):.1f} ({ms(rows[s]):.2f} ms)" for s in SHAPES) + " |")
+    return out
+
+
+def table_step4_backward(log):
+    out = [log.source("B=4, H=16, S=4096, TFLOP/s by the suite's convention (2.5 x the forward's FLOPs), the time in "
+                      "brackets", "`tools/headline.sh` (PyTorch 2.11's rows: `tools/pytorch_compare.py`, same run)"), "",
+           "| backward, B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    step4 = lambda variant, dtype: {s: log.row("phase5_tensor_cores", f"step 4 bwd {variant} {dtype}", s[1], D=s[0],
+                                               dtype=dtype, step=4) for s in SHAPES}
+    torch = lambda label: {s: torch_row(log, label, s[0], s[1]) for s in SHAPES}
+    for variant, name in (("det", "deterministic dQ"), ("atomic", "atomic dQ")):
+        for dtype in ("fp16", "bf16"):
+            rows = step4(variant, dtype)
+            out.append(f"| step 4, {name}, {dtype} | " +
+                       " | ".join(f"{tf(rows[s]):.1f} ({ms(rows[s]):.2f} ms)" for s in SHAPES) + " |")
+    both = lambda f: " | ".join(f"{f('fp16', s):.2f} / {f('bf16', s):.2f}" for s in SHAPES)
+    out.append("| deterministic / atomic time, fp16 / bf16 | " +
+               both(lambda d, s: ms(step4("det", d)[s]) / ms(step4("atomic", d)[s])) + " |")
+    for what, label in (("PyTorch FlashAttention-2 backward", "sdpa flash backward"),
+                        ("PyTorch cuDNN backward", "sdpa cudnn backward")):
+        fp16, bf16 = torch(f"{label} fp16"), torch(f"{label} bf16")
+        out.append(f"| {what}, fp16 / bf16 | " +
+                   " | ".join(f"{tf(fp16[s]):.1f} / {tf(bf16[s]):.1f}" for s in SHAPES) + " |")
+    out.append("| step 4 deterministic / FlashAttention-2, fp16 / bf16 | " +
+               both(lambda d, s: ms(torch(f"sdpa flash backward {d}")[s]) / ms(step4("det", d)[s])) + " |")
+    return out
+
+
+def table_phase6_off(log):
+    out = [log.source("B=4, H=16, S=4096, median ms (in brackets: against phase 3 step 3 in the same run)",
+                      "`tools/headline.sh` (`build/bin/phase6_extensions --impl cuda --D 64|128 [--causal]`)",
+                      "medians of 20 runs"), "",
+           "| B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    row = lambda label, s: log.row("phase6_extensions", label, s[1], D=s[0], B=4, H=16, S=4096, softcap=None,
+                                   dropout=None, backward=None)
+    base = {s: row("phase 3 step 3", s) for s in SHAPES}
+    out.append("| phase 3 step 3 | " + " | ".join(f"{ms(base[s]):.2f}" for s in SHAPES) + " |")
+    for label, what in (("gqa", "gqa, H_kv = H"), ("window", "window, no window"), ("align", "align, top-left"),
+                        ("dropout", "dropout, p = 0")):
+        cells = []
+        for s in SHAPES:
+            t = ms(row(label, s))
+            cells.append(f"{t:.2f} ({(t / ms(base[s]) - 1) * 100:+.1f}%)")
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_phase6_backward(log):
+    out = [log.source("B=4, H=16, S=4096, causal, `64x64` tiles, deterministic dQ, median ms (in brackets: against "
+                      "phase 4, or phase 3 step 3 for the forward, in the same run)",
+                      "`tools/headline.sh` (`build/bin/phase6_extensions --impl cuda --backward FEATURE`, "
+                      "`build/bin/phase4_backward`)"), "",
+           "| B=4 H=16 S=4096 causal, 64 x 64 tiles | backward, D=64 | backward, D=128 | forward, D=64 | "
+           "forward, D=128 |", "|---|---|---|---|---|"]
+    p4 = {D: log.row("phase4_backward", "backward det", True, D=D, block_m=64) for D in (64, 128)}
+    p3 = {D: log.row("phase4_backward", "forward (phase 3 step 3)", True, D=D, block_m=64) for D in (64, 128)}
+    out.append("| phase 4 (and phase 3 step 3 for the forward) | " +
+               " | ".join(f"{ms(r):.2f} ms" for r in (p4[64], p4[128], p3[64], p3[128])) + " |")
+    for flag, value, label, what in (("H_kv", 4, "gqa", "GQA, `--H-kv 4`"),
+                                     ("window", "1024,0", "window", "sliding window, `--window 1024,0`"),
+                                     ("softcap", 30, "softcap", "softcapping, `--softcap 30`"),
+                                     ("dropout", 0.1, "dropout", "dropout, `--dropout 0.1`")):
+        get = lambda D, lab: log.row("phase6_extensions", lab, True, D=D, backward="", **{flag: value})
+        cells = [f"{ms(get(D, label + ' backward')):.2f} ms ({ms(get(D, label + ' backward')) / ms(p4[D]):.2f}x)"
+                 for D in (64, 128)]
+        cells += [f"{ms(get(D, label)):.2f} ms ({ms(get(D, label)) / ms(p3[D]):.2f}x)" for D in (64, 128)]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_splitkv(log):
+    out = [log.source("B=4, H=32, Sq=1, D=128", "`tools/headline.sh` (`build/bin/phase6_extensions --impl cuda --B 4 "
+                      "--H 32 --Sq 1 --Sk N --D 128`)", "medians of 20 runs"), "",
+           "| Sk | split-KV ms | phase 3 step 3 ms | speedup | K and V read at |", "|---|---|---|---|---|"]
+    for Sk in (8192, 32768, 131072):
+        run = log.find("phase6_extensions", Sq=1, Sk=Sk)
+        split, step3 = run["rows"].get(("split-kv", False)), run["rows"].get(("phase 3 step 3", False))
+        if not split or not step3:
+            log.missing(f"the split-KV run at Sk={Sk} lacks its rows")
+        rate = next((re.search(r"read at (\d+) GB/s", n)[1] for n in run["notes"] if "read at" in n), None)
+        speedup = next((re.search(r"([\d.]+)x the speed", n)[1] for n in run["notes"] if "x the speed" in n), None)
+        if rate is None or speedup is None:
+            log.missing(f"the split-KV run at Sk={Sk} lacks its bandwidth notes")
+        out.append(f"| {Sk:,} | {ms(split):.3f} | {ms(step3):.3f} | {speedup}x | {int(rate):,} GB/s |")
+    return out
+
+
+TABLES = {   # name -> (where the docs show it, the function)
+    "readme": ("README.md, What it measures", table_readme),
+    "naive": ("docs/01-naive.md, What to expect on the GPU", table_naive),
+    "forward": ("docs/03-forward-4d.md, Measured on the GPU", table_forward),
+    "backward": ("docs/04-backward.md, the backward on the GPU", table_backward),
+    "phase5-forward": ("docs/06-tensor-cores.md, phase 5 beside PyTorch", table_phase5_forward),
+    "phase5-readme": ("phase5_tensor_cores/README.md, Measured", table_phase5_readme),
+    "step4-backward": ("docs/07-tensor-core-backward.md, What the driver shows", table_step4_backward),
+    "phase6-off": ("docs/08-extensions.md, What each feature costs when it is off", table_phase6_off),
+    "phase6-backward": ("docs/08-extensions.md, The backward passes, timed", table_phase6_backward),
+    "splitkv": ("docs/08-extensions.md, split-KV decoding", table_splitkv),
+}
+
+
+def main(argv):
+    link_from = "docs"
+    if len(argv) == 5 and argv[3] == "--from":
+        link_from = os.path.dirname(argv[4]) or "."
+        argv = argv[:3]
+    if len(argv) not in (1, 3) or len(argv) == 3 and (argv[1] != "--table" or argv[2] not in TABLES):
+        print(__doc__ + "\ntables: " + ", ".join(TABLES), file=sys.stderr)
+        return 2
+    try:
+        log = Log(argv[0])
+    except OSError as e:
+        print(f"error: cannot read {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 2
+    log.link_from = link_from
+    names = [argv[2]] if len(argv) == 3 else [n for n in TABLES if n.startswith(("readme", "naive", "forward",
+                                                                                  "backward", "phase5-forward"))]
+    for i, name in enumerate(names):
+        lines = TABLES[name][1](log)
+        if len(names) > 1:
+            print(("\n" if i else "") + TABLES[name][0] + ":\n")
+        print("\n".join(lines))
+    return 0 if log.passed else 1
 
 
 if __name__ == "__main__":

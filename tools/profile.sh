@@ -2,7 +2,8 @@
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
 # step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
 # bf16, non-causal), D=64 and D=128: the forward steps 1-3 (chapter 06) and step 4's backward kernels, dK/dV and dQ,
-# and the atomic variant's dK/dV kernel (chapter 07). One text report per kernel and D in LOGDIR
+# and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three float32 kernels at the same
+# shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per kernel and D in LOGDIR
 # (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by side.
 #
 # What is read, and why (docs/06-tensor-cores.md explains each):
@@ -11,7 +12,8 @@
 #   WarpStateStats, SchedulerStats         why a warp did not issue (waiting on shared memory, on a barrier, ...)
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
-# FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_PASSES the passes (default "forward backward"); needs ncu
+# FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive"
+# too on request, e.g. FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
 # on the PATH (or /usr/local/cuda/bin/ncu).
 set -uo pipefail
 BIN=${1:?usage: tools/profile.sh BINDIR LOGDIR}
@@ -58,6 +60,13 @@ q, k, v = (torch.randn(4, 16, 4096, $D, device='cuda', dtype=torch.bfloat16) for
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     F.scaled_dot_product_attention(q, k, v)
 torch.cuda.synchronize()"
+    fi
+    if [[ " $PASSES " == *" naive "* ]]; then
+        # Phase 1's kernels in the order they run: S = scale Q K^T, P = softmax(S), O = P V (float32).
+        for kernel in scores softmax output; do
+            profile "naive-$kernel-d$D" "${kernel}_kernel" "$BIN/phase1_naive" --impl cuda --B 4 --H 16 --S 4096 \
+                --D $D --check-heads 1 --warmup 0 --iters 1
+        done
     fi
     if [[ " $PASSES " == *" backward "* ]]; then
         for kernel in dkdv dq; do

@@ -1,0 +1,79 @@
+// hopper.h - phase 7: the forward on Hopper's own machinery (wgmma, and in later steps TMA and warp specialisation),
+// fp16 or bf16 inputs, float32 accumulation, for sm_90a only.
+//
+//   step 1 (1_wgmma_*): wgmma.mma_async from shared memory (Q, K) and registers (P), one 64-row warpgroup per
+//                       wgmma; phase 5 step 3's cp.async double buffer and online softmax around it.
+//   step 2 (2_tma_*):   + the tiles come in through TMA (one thread asks, the copy engine writes the swizzle and
+//                       reports to an mbarrier), a ring of K/V buffers; one __grid_constant__ parameter struct.
+//   step 3 (3_warp_specialized_*): + a producer warpgroup that only issues copies and two consumer warpgroups that
+//                       only compute, "empty" barriers instead of a block-wide barrier, setmaxnreg.
+//   step 4 (4_pingpong_*): + the two consumer warpgroups take turns on the tensor cores (named barriers): one's
+//                       softmax runs while the other's products do.
+//   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
+//                       tensor cores compute tile n - 1's P V.
+//
+// Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
+// stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
+// [B, H, Sq] contiguous, natural log. D = 64 or 128; the tiles of hopper_cuda_supports_tiles.
+// The CPU twin of step 1 is phase 5 step 3's (flash_forward_pipeline_cpu): it changes how the GPU multiplies, not
+// what it computes or where it rounds.
+#ifndef HOPPER_H
+#define HOPPER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fa_baselines.h"   // tc_forward_tensors, and phase 5 step 3 (the baseline and CPU twin)
+#include "fa_shape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void flash_forward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                              const tc_forward_tensors *t);
+
+void flash_forward_tma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                            const tc_forward_tensors *t);
+
+void flash_forward_warp_specialized_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                         const tc_forward_tensors *t);
+
+void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                 const tc_forward_tensors *t);
+
+void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                const tc_forward_tensors *t);
+
+#define HOPPER_CUDA_TILES_TEXT "64x64, 128x64 or 128x128"
+static inline int hopper_cuda_supports_tiles(int block_m, int block_n) {
+    return (block_m == 64 && block_n == 64) || (block_m == 128 && (block_n == 64 || block_n == 128));
+}
+// Step 3: two consumer warpgroups, so BLOCK_M = 128.
+#define HOPPER_WS_CUDA_TILES_TEXT "128x64 or 128x128"
+static inline int hopper_ws_cuda_supports_tiles(int block_m, int block_n) {
+    return block_m == 128 && (block_n == 64 || block_n == 128);
+}
+// Shared memory per block: the Q tile, two K and two V tiles (halves), and 1024 bytes to align the swizzle atoms.
+static inline int64_t flash_forward_wgmma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024;
+}
+
+// Step 2: two K/V buffers in the ring, and three mbarriers (8 bytes each) after them.
+static inline int64_t flash_forward_tma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024 + 3 * 8;
+}
+
+// Step 3: the same tiles, and five mbarriers.
+static inline int64_t flash_forward_warp_specialized_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024 + 5 * 8;
+}
+
+// 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.
+int hopper_cuda_check_device(char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,215 @@
+// main.c - phase 7 driver: the forward on Hopper's own machinery, beside phase 5's last forward step (mma.sync,
+// swizzle, cp.async) on the same input, every row checked against the same float64 oracle by the half-precision
+// rule. The CPU row is the twin the phase 7 steps share: phase 5 step 3's, which rounds where they round.
+//
+// Run: build/bin/phase7_hopper --dtype bf16                           (class defaults: B=1 H=4 S=1024 D=64)
+//      build/bin/phase7_hopper --impl cuda --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --check-heads 1
+//      build/bin/phase7_hopper --impl cuda --dtype fp16 --Sq 130 --Sk 100 --D 64 --causal
+#include "fa_driver.h"
+#include "fa_gpu.h"
+#include "fa_half.h"
+#include "fa_baselines.h"   // phase 5 step 3: the baseline and the CPU twin
+#include "hopper.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
+
+static const fa_cli_spec SPEC = {
+    .program = "phase7_hopper",
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups; beside phase 5 step 3 (mma.sync) "
+               "on the same input.",
+    .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
+    .default_block_m = 128,
+    .default_block_n = 64,
+    .max_step = 5,
+    .cuda_head_dims = CUDA_HEAD_DIMS,
+    .has_dtype = 1,
+};
+
+typedef struct {
+    const fa_shape *shape;
+    int dtype, block_m, block_n;
+    tc_forward_tensors t;   // dtype bits in, float32 out, host or device
+} row_args;
+
+static void run_pipeline_cpu(void *p) {
+    const row_args *a = p;
+    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, &a->t, NULL);
+}
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
+static void run_pipeline_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_wgmma_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_wgmma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_tma_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_tma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_warp_specialized_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_warp_specialized_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_overlap_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_overlap_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_pingpong_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_pingpong_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+#else
+#define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
+#define run_wgmma_cuda NULL
+#define run_tma_cuda NULL
+#define run_warp_specialized_cuda NULL
+#define run_pingpong_cuda NULL
+#define run_overlap_cuda NULL
+#endif
+
+// The rows, in the order they are printed. step 0: the baseline, run whatever --step says.
+typedef struct {
+    const char *label;
+    int step;
+    void (*cpu)(void *args);
+    void (*cuda)(void *args);
+    int64_t (*cuda_smem_bytes)(int64_t D, int block_m, int block_n);
+    int (*cuda_supports_tiles)(int block_m, int block_n);
+    const char *cuda_tiles_text;
+} row_kind;
+
+static const row_kind ROWS[] = {
+    {"phase 5 step 3", 0, run_pipeline_cpu, run_pipeline_cuda, flash_forward_pipeline_cuda_smem_bytes,
+     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT},
+    {"step 1 wgmma", 1, NULL, run_wgmma_cuda, flash_forward_wgmma_cuda_smem_bytes, hopper_cuda_supports_tiles,
+     HOPPER_CUDA_TILES_TEXT},
+    {"step 2 tma", 2, NULL, run_tma_cuda, flash_forward_tma_cuda_smem_bytes, hopper_cuda_supports_tiles,
+     HOPPER_CUDA_TILES_TEXT},
+    {"step 3 warp roles", 3, NULL, run_warp_specialized_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+    {"step 4 ping-pong", 4, NULL, run_pingpong_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+    {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+};
+static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
+
+static int row_selected(const fa_options *opt, const row_kind *row) {
+    return row->step == 0 || opt->step == 0 || opt->step == row->step;
+}
+// The baseline's GPU kernels have tiles of their own: at other tiles its GPU row is left out (with a note), while a
+// step row that lacks the tiles asked for is an error.
+static int baseline_lacks_tiles(const fa_options *opt, const row_kind *row) {
+    return row->step == 0 && !row->cuda_supports_tiles(opt->block_m, opt->block_n);
+}
+
+static void run_row(fa_report *report, const fa_options *opt, const fa_reference *ref, const fa_half_rule *rule,
+                    int is_cuda, const void *q, const void *k, const void *v, float *o, float *lse, float *o_host,
+                    float *lse_host, double upload_ms, const row_kind *row) {
+    const fa_shape *shape = &opt->shape;
+    const fa_strides q_strides = fa_strides_contiguous(shape->H, shape->Sq, shape->D);
+    const fa_strides kv_strides = fa_strides_contiguous(shape->H, shape->Sk, shape->D);
+    row_args args = {shape, opt->dtype, opt->block_m, opt->block_n,
+                     {q, k, v, q_strides, kv_strides, kv_strides, o, q_strides, lse}};
+    char label[48];
+    snprintf(label, sizeof label, "%s %s", row->label, fa_dtype_name(opt->dtype));
+    fa_implementation impl = {.label = label, .is_cuda = is_cuda, .ctx = &args, .run = is_cuda ? row->cuda : row->cpu,
+                              .flops = fa_flops_forward(shape), .causal = shape->causal, .upload_ms = upload_ms,
+                              .block_m = opt->block_m, .block_n = opt->block_n};
+    if (is_cuda) {
+        impl.extra_what = "shared memory per block";
+        impl.extra_bytes = row->cuda_smem_bytes(shape->D, opt->block_m, opt->block_n);
+    } else {
+        impl.extra_what = "per-thread tiles";
+        impl.extra_bytes = opt->threads * flash_forward_pipeline_cpu_workspace_bytes(shape->D, opt->block_m,
+                                                                                      opt->block_n);
+    }
+    fa_half_forward_outputs(&impl, shape, ref, rule, o_host, is_cuda ? o : NULL, lse_host, is_cuda ? lse : NULL);
+    fa_check_and_time(report, opt, ref, &impl);
+}
+
+int main(int argc, char **argv) {
+    fa_options opt;
+    fa_parse_options(argc, argv, &SPEC, &opt);
+    if (opt.dtype == FA_DTYPE_FP32)
+        fa_die("phase 7 computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16");
+    for (int r = 0; r < N_ROWS; r++) {
+        const row_kind *row = &ROWS[r];
+        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && !baseline_lacks_tiles(&opt, row) &&
+            !row->cuda_supports_tiles(opt.block_m, opt.block_n))
+            fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
+                   "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
+    }
+
+    fa_report report;
+    fa_report_init(&report, SPEC.program, &opt);
+    int use_gpu = fa_use_gpu(&opt, &report);
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
+    char why[256];
+    if (use_gpu && hopper_cuda_check_device(why, sizeof why) != 0) {
+        if (!(opt.impl & FA_IMPL_CPU)) {
+            printf("skipped: %s\n", why);
+            return 77;
+        }
+        fa_report_add_note(&report, "GPU rows skipped: %s", why);
+        use_gpu = 0;
+    }
+#else
+    if (use_gpu) {
+        if (!(opt.impl & FA_IMPL_CPU)) {
+            printf("skipped: phase 7's kernels are built only where the CUDA build includes sm_90a\n");
+            return 77;
+        }
+        fa_report_add_note(&report, "GPU rows not built: phase 7 is built for sm_90a only");
+        use_gpu = 0;
+    }
+#endif
+
+    fa_inputs in;
+    fa_make_inputs(&opt, 0, &in);
+    fa_reference ref;
+    fa_make_reference(&opt, &in, 0, &ref);
+    fa_half_rule rule = {0};
+    fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+    fa_half_inputs half = {0};
+    fa_make_half_inputs(&opt, &in, &half);
+
+    float *o = fa_alloc_floats(fa_numel_q(&opt.shape), "O");
+    float *lse = fa_alloc_floats(fa_numel_lse(&opt.shape), "LSE");
+    for (int r = 0; r < N_ROWS && (opt.impl & FA_IMPL_CPU); r++)
+        if (row_selected(&opt, &ROWS[r]) && ROWS[r].cpu)
+            run_row(&report, &opt, &ref, &rule, 0, half.q, half.k, half.v, o, lse, o, lse, 0.0, &ROWS[r]);
+#if FA_HAVE_CUDA
+    if (use_gpu) {
+        fa_device_half_inputs dev_half = {0};
+        fa_upload_half_inputs(&opt, &half, &dev_half);
+        float *o_dev = fa_gpu_alloc(fa_numel_q(&opt.shape), "O");
+        float *lse_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "LSE");
+        for (int r = 0; r < N_ROWS; r++) {
+            if (!row_selected(&opt, &ROWS[r]) || !ROWS[r].cuda) continue;
+            if (baseline_lacks_tiles(&opt, &ROWS[r])) {
+                fa_report_add_note(&report, "%s cuda left out: its kernels have %s tiles, not %d x %d", ROWS[r].label,
+                                   ROWS[r].cuda_tiles_text, opt.block_m, opt.block_n);
+                continue;
+            }
+            run_row(&report, &opt, &ref, &rule, 1, dev_half.q, dev_half.k, dev_half.v, o_dev, lse_dev, o, lse,
+                    dev_half.upload_ms, &ROWS[r]);
+        }
+        fa_gpu_free(o_dev);
+        fa_gpu_free(lse_dev);
+        fa_free_device_half_inputs(&dev_half);
+    }
+#endif
+    int status = fa_finish(&report, &opt);
+    free(o);
+    free(lse);
+    fa_free_reference(&ref);
+    fa_free_half_inputs(&half);
+    fa_free_inputs(&in);
+    return status;
+}

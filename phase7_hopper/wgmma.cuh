@@ -1,0 +1,176 @@
+// wgmma.cuh - phase 7: the Hopper PTX helpers every step shares, one instruction each, with the layouts they assume.
+//
+// wgmma is the H100's own tensor-core instruction. Where mma.sync (phase 5) is issued by one warp for a 16x8x16
+// product with both operands in registers, wgmma is issued by a WARPGROUP (4 consecutive warps, 128 threads, the
+// first warp's index a multiple of 4) for a 64xNx16 product, reads its B operand (and, in the _ss form, its A
+// operand) straight from shared memory through a 64-bit "matrix descriptor", and runs asynchronously: the warps go
+// on issuing instructions while the tensor cores work, and wait for the result only when they need it.
+//
+// The protocol, in this order, around every batch of wgmmas:
+//   keep_in_registers()    the accumulators are pinned in their registers before the batch too: otherwise the
+//                          compiler may move them between wgmmas, and then has to insert fences of its own ("warpgroup.
+//                          arrive is injected", ptxas says), which serialise the batch;
+//   wgmma_fence()          the registers the wgmmas read or accumulate into were written by ordinary instructions
+//                          (the softmax rescaling O, P packed into registers): make those writes visible first;
+//   wgmma_m64n64k16_*()    issue the products (they queue up);
+//   wgmma_commit()         close the batch into one "wgmma group";
+//   wgmma_wait<N>()        wait until at most N groups are still in flight (N = 0: all done);
+//   keep_in_registers()    tell the compiler the accumulators changed only now, so that it reads them after the wait.
+// Shared memory written by ordinary stores or cp.async is seen by wgmma only after fence_proxy_async() in each
+// writing thread, followed by a barrier: wgmma reads through the "async proxy", a different path into shared memory.
+#ifndef WGMMA_CUH
+#define WGMMA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+// --- Shared memory: the 128-byte swizzle, and the descriptor that tells wgmma where a tile is --------------------
+//
+// wgmma reads tiles laid out in "swizzle atoms": 8 rows of 128 bytes (64 halves), 1024 bytes, starting on a
+// 1024-byte boundary, in which the 16-byte chunk c of row r is stored at chunk position c ^ (r % 8):
+//
+//   row 0 stores its chunks 0..7 at positions   0 1 2 3 4 5 6 7
+//   row 1                                       1 0 3 2 5 4 7 6
+//   ...
+//   row 7                                       7 6 5 4 3 2 1 0
+//
+// (the same XOR as phase 5 step 3's swizzle, with the row length fixed at 128 bytes). A tile of ROWS rows of D halves
+// is stored as D / 64 column blocks, each ROWS x 64 halves, one after the other: rows of one block are 128 bytes
+// apart, 8 rows make an atom, atoms follow each other every 1024 bytes.
+#define ATOM_HALVES 64      // halves in one 128-byte row of a swizzle atom
+#define ATOM_CHUNKS 8       // 16-byte chunks in that row
+#define ATOM_ROWS 8         // rows in one atom (the XOR runs over them)
+#define ATOM_BYTES 1024
+
+// Where chunk `chunk` (halves 8 chunk .. 8 chunk + 7 of the row) of row `row` of a ROWS-row tile lives, in halves.
+template <int ROWS> __device__ __forceinline__ int swizzle(int row, int chunk) {
+    return (chunk / ATOM_CHUNKS) * ROWS * ATOM_HALVES + row * ATOM_HALVES +
+           ((chunk % ATOM_CHUNKS) ^ (row % ATOM_ROWS)) * 8;
+}
+
+// The matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
+//   bits  0-13  start address in shared memory, >> 4
+//   bits 16-29  leading-dimension byte offset, >> 4
+//   bits 32-45  stride-dimension byte offset, >> 4
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+// For a "K-major" operand (the sum runs along the contiguous dimension: Q and K in S = Q K^T) the stride offset is
+// the distance between consecutive groups of 8 rows (1024 bytes here) and the leading offset is unused (1 by
+// convention). For an "MN-major" operand (the sum runs across rows: V in O = P V, summed over keys) the stride offset
+// is again the distance between groups of 8 rows (8 keys, 1024 bytes) and the leading offset the distance between
+// 64-column blocks (ROWS x 128 bytes). Stepping 16 halves along a K-major row inside an atom is a start address 32
+// bytes further on: the hardware applies the XOR to the address it computes, so the atom's swizzle still holds.
+__device__ __forceinline__ uint64_t smem_descriptor(const void *start, uint32_t leading_bytes, uint32_t stride_bytes) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(start);
+    return (uint64_t)((address & 0x3FFFF) >> 4) | (uint64_t)(leading_bytes >> 4) << 16 |
+           (uint64_t)(stride_bytes >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+// --- The asynchronous protocol ------------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// The compiler does not know that wgmma_wait() is when the accumulators change: an empty asm that "writes" each of
+// them pins every later read after the wait.
+template <int BLOCKS> __device__ __forceinline__ void keep_in_registers(float d[BLOCKS][4]) {
+#pragma unroll
+    for (int b = 0; b < BLOCKS; b++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[b][e])::"memory");
+}
+// The same for an A operand in registers that a wgmma still in flight reads (step 4): kept where it is until the wait.
+template <int BLOCKS> __device__ __forceinline__ void keep_in_registers(uint32_t a[BLOCKS][4]) {
+#pragma unroll
+    for (int b = 0; b < BLOCKS; b++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(a[b][e])::"memory");
+}
+
+// --- Registers between warp roles --------------------------------------------------------------------------------
+// setmaxnreg moves registers between the warpgroups of a block: a warpgroup that needs few (a producer that only
+// issues copies) gives them back with .dec, one that needs many (a consumer holding S, P and O) takes them with .inc.
+// The count is per thread, a multiple of 8 from 24 to 256; every thread of the warpgroup executes it. It needs a
+// register cap at the kernel's entry (__launch_bounds__ with a minimum of 1 block per SM).
+template <int REGISTERS> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+}
+template <int REGISTERS> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+}
+
+// --- wgmma.mma_async.m64n64k16: D (64 x 64, float32) += A (64 x 16) * B (16 x 64), fp16 or bf16 -------------------
+//
+// The accumulator D, per warpgroup: warp w (0-3) holds rows 16w .. 16w + 15, and inside the warp lane 4g + t holds
+// what it would hold for eight side-by-side mma.m16n8k16 (phase 5): d[j] is the 16 x 8 block of columns 8j .. 8j + 7,
+//
+//            cols 8j + 2t   cols 8j + 2t + 1
+//   row g      d[j][0]        d[j][1]
+//   row g + 8  d[j][2]        d[j][3]
+//
+// so phase 5's fragment code (the mask, the online softmax, P packed into the A operand) runs on it unchanged.
+// A from registers (the _rs form), per warp, 16 rows x 16: a[0] = rows g, cols 2t, 2t + 1; a[1] = rows g + 8, the
+// same cols; a[2] = row g, cols 2t + 8, 2t + 9; a[3] = row g + 8, those cols (mma.m16n8k16's A, again).
+// The four immediates after the descriptors are scale-d (1: D += A B), the scales of A and B (1) and, for shared
+// memory operands, whether A and B are transposed (MN-major): S = Q K^T reads both K-major (0, 0); O += P V reads V
+// MN-major (1).
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float d[8][4], uint64_t desc_a, uint64_t desc_b, __half) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, 1, 1, 1, 0, 0;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float d[8][4], uint64_t desc_a, uint64_t desc_b, __nv_bfloat16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, 1, 1, 1, 0, 0;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float d[8][4], const uint32_t a[4], uint64_t desc_b, __half) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float d[8][4], const uint32_t a[4], uint64_t desc_b, __nv_bfloat16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+#endif

@@ -1,0 +1,97 @@
+// 1_ring_cpu.c - phase 8, step 1, on the CPU: ring attention. The sequence is cut into N contiguous shards, one per
+//   rank; every rank keeps its queries, and the K/V blocks travel around the ring, one rank on per step. Each step
+//   computes one block of attention with the single-GPU kernel's CPU twin and merges its O and LSE into the rank's
+//   running O and LSE (ring.h draws the plan; docs/10-ring.md walks through it).
+// Run: build/bin/phase8_ring --impl cpu --ranks 4 --S 1001 --causal
+//
+// Here the ranks are buffers in one process (ring_ranks.h), run one after another, and a send is a copy into the next
+// rank's receive buffer: the ring's data flow, step by step, where a debugger can follow it. Step 2 runs the same
+// loops on GPUs; the diffs:
+//   diff -u phase8_ring/1_ring_cpu.c phase8_ring/2_ring_cuda.cu      (GPUs: streams, a transport, overlap)
+//   diff -u phase8_ring/1_ring_cpu.c phase8_ring/3_zigzag_cpu.c      (the zigzag layout)
+#include "ring_ranks.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ring_blocks.h"
+
+// The ring's one message: every rank r sends send[r] to rank r + 1, which receives it into recv[r + 1]. On the CPU a
+// copy; the ranks run in turn, so it is done before the block that follows it starts.
+static void exchange(const ring_ranks *ranks, void *const send[], void *const recv[], size_t bytes) {
+    const int N = ranks->config.n_ranks;
+    for (int r = 0; r < N; r++) memcpy(recv[(r + 1) % N], send[r], bytes);
+}
+
+// Merges one block into the running O and LSE of the rank, for the rows the block covered (q.first .. of the shard).
+// Both are attention over some of the keys, each normalised by its own sum and carrying its log-sum-exp; over the
+// keys of both, the softmax's sum is exp(lse_run) + exp(lse_block), and each O is weighted by its share of it:
+//   lse = log(exp(lse_run) + exp(lse_block)),   O = exp(lse_run - lse) O_run + exp(lse_block - lse) O_block
+// computed from the larger of the two LSEs, so that no exponential overflows. It is the combine of split-KV decoding
+// (phase6_extensions/splitkv_cpu.c), two partials at a time, in float32 like the kernels' own online softmax.
+static void merge_block(const ring_ranks *ranks, ring_rank *rank, ring_span q) {
+    const int64_t BH = ranks->shape.B * ranks->shape.H, D = ranks->shape.D, rows = rank->shard.rows;
+    const fa_strides st = ranks->strides;   // [B, H, max_rows, D], so row i of head bh is at bh * st.h + i * st.s
+    // The two loops are the CUDA grid of merge_block_kernel (2_ring_cuda.cu): one row each (a warp on the GPU).
+#pragma omp parallel for collapse(2)
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t i = 0; i < q.rows; i++) {
+            float *lse_run = &rank->lse[bh * rows + q.first + i];
+            const float lse_block = rank->lse_block[bh * q.rows + i];
+            if (lse_block == -INFINITY) continue;   // the row saw none of the block's keys: nothing to add
+            const float lse_max = fmaxf(*lse_run, lse_block);
+            const float w_run = expf(*lse_run - lse_max), w_block = expf(lse_block - lse_max);
+            const float sum = w_run + w_block;
+            float *o_run = rank->o + bh * st.h + (q.first + i) * st.s;
+            const float *o_block = rank->o_block + bh * st.h + i * st.s;
+            for (int64_t d = 0; d < D; d++) o_run[d] = (w_run * o_run[d] + w_block * o_block[d]) / sum;
+            *lse_run = lse_max + logf(sum);
+        }
+}
+
+// One step of one rank: its queries against the K/V block `kv` that started on rank `source`, then the merge.
+static void compute_block(ring_ranks *ranks, int r, int step, const void *kv) {
+    const ring_config *c = &ranks->config;
+    ring_rank *rank = &ranks->rank[r];
+    const int source = ring_source(r, step, c->n_ranks);
+    const ring_block block = ring_block_of(RING_CONTIGUOUS, ranks->shape.causal, &rank->shard,
+                                           &ranks->rank[source].shard, r, source);
+    if (block.q.rows == 0 || block.k.rows == 0) return;   // a block wholly in the future (or an empty shard)
+    fa_shape shape = ranks->shape;
+    shape.Sq = block.q.rows;
+    shape.Sk = block.k.rows;
+    shape.causal = block.causal;
+    // Step 0 is the rank's own block, which covers all its rows: its kernel writes the running O and LSE themselves.
+    // Every later block writes a block O and LSE of its own, which are then merged.
+    const int first = step == 0;
+    const fa_strides st = ranks->strides;
+    const ring_forward_tensors t = {
+        .q = ring_rows_at(rank->q, st, block.q.first, c->dtype),
+        .k = ring_rows_at(kv, st, block.k.first, c->dtype),
+        .v = ring_rows_at(ring_v_of(ranks, kv), st, block.k.first, c->dtype),
+        .q_strides = st, .k_strides = st, .v_strides = st,
+        .o = first ? rank->o : rank->o_block, .o_strides = st,
+        .lse = first ? rank->lse : rank->lse_block};
+    ring_block_forward_cpu(&shape, c->dtype, c->block_m, c->block_n, &t);
+    if (!first) merge_block(ranks, rank, block.q);
+}
+
+void ring_forward_cpu(const fa_shape *shape, const ring_config *config, const ring_tensors *t) {
+    ring_config c = *config;
+    c.layout = RING_CONTIGUOUS;
+    ring_ranks ranks;
+    ring_ranks_create_cpu(&ranks, shape, &c, 0, t);
+    const int N = c.n_ranks;
+    void *current[RING_MAX_RANKS], *next[RING_MAX_RANKS];   // the K/V block each rank computes with, and the next
+    for (int r = 0; r < N; r++) current[r] = ranks.rank[r].kv_own;
+    for (int step = 0; step < N; step++) {
+        // The next block travels while this one computes (on GPUs at the same time; here, first). It arrives in the
+        // ring buffer that the block before this one was computed from, which nobody needs any more.
+        for (int r = 0; r < N; r++) next[r] = ranks.rank[r].kv_ring[step % 2];
+        if (step < N - 1) exchange(&ranks, current, next, ring_kv_bytes(&ranks));
+        for (int r = 0; r < N; r++) compute_block(&ranks, r, step, current[r]);
+        for (int r = 0; r < N; r++) current[r] = next[r];
+    }
+    ring_ranks_gather_forward_cpu(&ranks, t->o, t->lse);
+    ring_ranks_free_cpu(&ranks);
+}

@@ -1,0 +1,63 @@
+// ring_transport.h - phase 8: how the GPU steps pass blocks around the ring, and the GPU steps themselves.
+//
+// One interface, two transports:
+//   NCCL      rank r on GPU r, one process driving every GPU (ncclCommInitAll). An exchange is, on every rank at
+//             once, ncclSend to rank r + 1 and ncclRecv from rank r - 1 in one ncclGroupStart/ncclGroupEnd, on the
+//             rank's communication stream. Built only where CMake finds NCCL (FA_HAVE_NCCL).
+//   loopback  every rank on GPU 0: an exchange is a cudaMemcpyAsync from rank r's buffer into rank r + 1's, on rank
+//             r's communication stream. The same algorithm, the same streams and events, on one GPU: the ring can be
+//             tested, and sanitized, where only one GPU exists. Needs no NCCL.
+//
+// Streams. The single-GPU kernels launch on their device's default stream (every kernel of the suite does), so the
+// default stream is each rank's compute stream. The transfers go on communication streams created non-blocking
+// (cudaStreamNonBlocking), which do not wait for the default stream: that is what lets the next block travel while
+// this one computes. Events order the two where the data needs it:
+//   - an exchange first waits until its rank's compute stream has reached the call (the buffer it receives into was
+//     computed from one step earlier; the loopback also waits for the receiving rank, whose buffer it writes);
+//   - ring_transport_wait makes every rank's compute stream wait until its send and its receive are both complete.
+// There are two channels, each with its own streams and events: K/V blocks, and (the backward) dK/dV blocks, so that
+// a wait for one does not wait for the other.
+#ifndef RING_TRANSPORT_H
+#define RING_TRANSPORT_H
+
+#include <stddef.h>
+
+#include "ring_ranks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { RING_CHANNEL_KV = 0, RING_CHANNEL_DKV = 1, RING_CHANNELS = 2 };
+
+typedef struct ring_transport ring_transport;
+
+// The transport a run of n_ranks gets when it does not ask: NCCL when this build has it, n_ranks > 1 and the machine
+// has n_ranks GPUs; otherwise the loopback.
+int ring_transport_auto(int n_ranks);
+const char *ring_transport_name(int kind);   // "nccl", "loopback"
+// NCCL needs n_ranks GPUs; the loopback one. NULL and one line in why when it cannot be had.
+ring_transport *ring_transport_create(int kind, int n_ranks, char *why, size_t why_len);
+void ring_transport_destroy(ring_transport *tr);
+// The GPU of each rank (n_ranks entries), and how many GPUs the ring uses (1 for the loopback).
+const int *ring_transport_devices(const ring_transport *tr);
+int ring_transport_gpus(const ring_transport *tr);
+
+// Every rank r sends `bytes` from send[r] to rank r + 1, which receives them into recv[r + 1]; returns at once.
+void ring_transport_exchange(ring_transport *tr, int channel, void *const send[], void *const recv[], size_t bytes);
+// Every rank's default stream waits for the channel's last exchange (no wait when it has none pending).
+void ring_transport_wait(ring_transport *tr, int channel);
+// Waits on the host until every rank's streams are idle.
+void ring_transport_synchronize(ring_transport *tr);
+
+// --- The GPU steps: ranks made by ring_ranks_create_cuda on ring_transport_devices(tr). ---------------------------
+// Each launches every rank's work and returns when it is done; O and LSE (dQ, dK, dV) stay on the ranks.
+void ring_forward_cuda(ring_ranks *ranks, ring_transport *tr);          // step 2 (contiguous shards)
+void ring_zigzag_forward_cuda(ring_ranks *ranks, ring_transport *tr);   // step 3 (ranks->config.layout)
+void ring_backward_cuda(ring_ranks *ranks, ring_transport *tr);         // step 4, after a forward on the same ranks
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,39 @@
+# Phase 7: the forward on Hopper (sm_90a), every step against the float64 oracle by the half-precision rule, beside
+# phase 5 step 3 (its CPU row is the twin every phase 7 step shares). The GPU tests exit 77 (skipped) on a machine
+# without a Hopper GPU, or where the build has no sm_90.
+# Shapes: fp16 and bf16; D 64 and 128; Sq != Sk both ways; lengths one past a tile; a single query row; causal with
+# Sq > Sk and Sq < Sk; the tiles 128x64 (default), 64x64 (steps 1 and 2) and 128x128.
+set(phase7_shapes
+  "fp16_B2_H3_S1_D64|--dtype|fp16|--B|2|--H|3|--S|1|--D|64"
+  "bf16_B2_H2_Sq130_Sk100_D64_causal|--dtype|bf16|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal"
+  "fp16_B1_H3_Sq100_Sk130_D128|--dtype|fp16|--B|1|--H|3|--Sq|100|--Sk|130|--D|128"
+  "bf16_B3_H1_Sq1_Sk1000_D128_causal|--dtype|bf16|--B|3|--H|1|--Sq|1|--Sk|1000|--D|128|--causal"
+  "fp16_B1_H2_Sq1000_Sk129_D64_causal_tile128x128|--dtype|fp16|--B|1|--H|2|--Sq|1000|--Sk|129|--D|64|--causal|--block-m|128|--block-n|128"
+  "bf16_B1_H2_Sq129_Sk1000_D128_tile128x128|--dtype|bf16|--B|1|--H|2|--Sq|129|--Sk|1000|--D|128|--block-m|128|--block-n|128"
+  "bf16_B2_H2_S257_D128_causal_tile128x128|--dtype|bf16|--B|2|--H|2|--S|257|--D|128|--causal|--block-m|128|--block-n|128"
+  "fp16_B1_H2_S500_D64_logits60|--dtype|fp16|--B|1|--H|2|--S|500|--D|64|--scale|8")
+foreach(entry ${phase7_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(impl cpu cuda)
+    fa_add_check_test(NAME phase7_${impl}_${name} LABEL phase7 BINARY phase7_hopper IMPL ${impl} ARGS ${parts})
+  endforeach()
+endforeach()
+# Steps 1 and 2 also have 64 x 64 tiles (one consumer warpgroup).
+fa_add_check_test(NAME phase7_cuda_step1_fp16_B2_H2_Sq300_Sk200_D64_causal_tile64x64 LABEL phase7 BINARY phase7_hopper
+                  IMPL cuda ARGS --step 1 --dtype fp16 --B 2 --H 2 --Sq 300 --Sk 200 --D 64 --causal --block-m 64
+                  --block-n 64)
+fa_add_check_test(NAME phase7_cuda_step2_bf16_B2_H2_Sq200_Sk300_D128_tile64x64 LABEL phase7 BINARY phase7_hopper
+                  IMPL cuda ARGS --step 2 --dtype bf16 --B 2 --H 2 --Sq 200 --Sk 300 --D 128 --block-m 64 --block-n 64)
+# The benchmark shape, every step (too large for the compute-sanitizer sweeps).
+foreach(D 64 128)
+  fa_add_check_test(NAME phase7_cuda_bf16_B4_H16_S4096_D${D}_causal_tile128x128 LABEL phase7 BINARY phase7_hopper
+                    IMPL cuda BIG ARGS --dtype bf16 --B 4 --H 16 --S 4096 --D ${D} --causal --block-m 128
+                    --block-n 128 --check-heads 2)
+endforeach()
+
+# Bad input: one line, exit 2, whatever the machine.
+fa_add_bad_input_test(NAME phase7_bad_fp32 LABEL phase7 BINARY phase7_hopper ARGS --B 1 --S 64 --D 64)
+fa_add_bad_input_test(NAME phase7_bad_tiles LABEL phase7 BINARY phase7_hopper
+                      ARGS --impl cuda --dtype fp16 --step 3 --S 64 --D 64 --block-m 64 --block-n 64)
+fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 6 --S 64 --D 64)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tools/hopper_bench.sh BINDIR LOGDIR - phase 7's ablation on a Hopper GPU: every forward step of phase 7 beside
+# phase 5 step 3, and PyTorch's FlashAttention-2 and cuDNN backends, in one run on one GPU; then Nsight Compute on one
+# launch of each step's kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's table is read off it)
+# and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
+#
+# Shapes: B=4 H=16 S=4096 and B=1 H=16 S=16384; D=64 and 128; causal and not; bf16 and fp16. Tiles: 128x64 (phase 5
+# step 3 has no larger one; phase 7's steps at 128x64 too) and 128x128 (phase 7 only). Medians of 10 runs after 2.
+set -uo pipefail
+BIN=${1:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
+LOGDIR=${2:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
+mkdir -p "$LOGDIR"
+cd "$(dirname "$0")/.."
+LOG="$LOGDIR/hopper-bench.log"
+{
+    echo "# tools/hopper_bench.sh, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+    run() {   # run DTYPE B H S D CAUSAL BLOCK_M BLOCK_N
+        echo "\$ phase7_hopper --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8"
+        "$BIN/phase7_hopper" --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8 \
+            --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
+    }
+    for dtype in bf16 fp16; do for D in 64 128; do for causal in "" --causal; do
+        run $dtype 4 16 4096 $D "$causal" 128 64
+        run $dtype 4 16 4096 $D "$causal" 128 128
+    done; done; done
+    # The longer shape: the oracle's float64 head costs more than every GPU row together, so only D = 128.
+    for dtype in bf16 fp16; do for causal in "" --causal; do
+        run $dtype 1 16 16384 128 "$causal" 128 128
+    done; done
+    echo "\$ python3 tools/pytorch_compare.py --backends flash cudnn --dtypes bf16 fp16 --passes forward ..."
+    for shape in "4 16 4096" "1 16 16384"; do
+        set -- $shape
+        python3 tools/pytorch_compare.py --csv "$LOGDIR/hopper-pytorch.csv" --B $1 --H $2 --S $3 --D 64 128 \
+            --dtypes bf16 fp16 --backends flash cudnn --passes forward --iters 10 --warmup 2 > /dev/null 2>&1
+    done
+    cut -d, -f2,6-11,17,19 "$LOGDIR/hopper-pytorch.csv" | sed 's/^/  pytorch: /'
+} > "$LOG" 2>&1
+
+# The profiler: one launch of each step at B=4 H=16 S=4096 D=128 bf16, tiles 128x128 (steps 1-4) and 128x64.
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
+gmma=$("$NCU" --query-metrics 2>/dev/null | grep -oE "^sm__pipe_tensor_op_gmma_cycles_active" | head -1)
+METRICS="smsp__inst_executed.sum,gpu__time_duration.sum${gmma:+,$gmma.avg.pct_of_peak_sustained_active}"
+: > "$SUMMARY"
+for step in 1 2 3 4 5; do
+    kernel=$(case $step in 1) echo wgmma;; 2) echo tma;; 3) echo warp_specialized;; 4) echo pingpong;; 5) echo overlap;; esac)
+    out="$LOGDIR/hopper-ncu-step$step.txt"
+    "$NCU" --clock-control none -k "regex:flash_forward_${kernel}_kernel" --launch-count 1 --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics "$METRICS" \
+        "$BIN/phase7_hopper" --impl cuda --step $step --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-m 128 \
+        --block-n 128 --check-heads 1 --warmup 0 --iters 1 > "$out" 2>&1
+    echo "== step $step ($kernel)" >> "$SUMMARY"
+    grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
+Warp Cycles Per Issued|gmma|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
+done
+cat "$LOG"
