@@ -7,6 +7,7 @@
 #define FA_MATH_H
 
 #include <math.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #define FA_HOST_DEVICE __host__ __device__   // the CUDA kernels call the same function as the CPU code
@@ -28,6 +29,35 @@
 FA_HOST_DEVICE static inline float lse_from_base2(float m, float l, float *residual) {
     const double lse2 = (double)m + log2((double)l);
     const float lse = (float)(0.6931471805599453 * lse2);
+    *residual = isfinite(lse) ? (float)(lse2 - (double)lse * 1.4426950408889634) : 0.0f;   // (NaN inputs: NaN LSE)
+    return lse;
+}
+
+// The row's largest score. LSE = s_max + log(sum_j exp(s_j - s_max)), and at logits of a few hundred the first term
+// is nearly all of it, so LSE is only as accurate as s_max. The kernels' m is a float32 dot product of D terms at
+// that size, summed in base 2 from a Q already rounded once more by the factor qk_scale: a few units in float32's
+// last place, which standard attention's float32 max has too, but which the LSE need not inherit. So the kernels
+// remember which key gave m (max_key: its row in k, the head's K), and at the end compute that one score again, in
+// double: every product of two floats is exact in double, and D of them add with an error near 1e-16 of their size.
+// max_key < 0 (the row saw no key) gives NaN.
+FA_HOST_DEVICE static inline double score_in_double(const float *q_row, int64_t stride_qd, const float *k,
+                                                    int64_t stride_ks, int64_t stride_kd, int64_t max_key, int64_t D,
+                                                    float scale) {
+    if (max_key < 0) return NAN;
+    const float *k_row = k + max_key * stride_ks;
+    double dot = 0.0;
+    for (int64_t d = 0; d < D; d++) dot += (double)q_row[d * stride_qd] * (double)k_row[d * stride_kd];
+    return (double)scale * dot;
+}
+
+// LSE from the largest score in double (s_max; NaN: not known, then m stands in for it) and the kernel's m and l
+// (base 2), rounded once: s_max + ln(l), where l = sum_j 2^(s_j - m) keeps the kernel's own value (it is near 1 at
+// large logits, and its error is float32's relative one). The backward recomputes the forward's own float32 scores
+// bit for bit, so what it needs is their log-sum-exp, m + log2(l) in base 2; *residual is that minus LSE * LOG2E.
+FA_HOST_DEVICE static inline float lse_from_max_score(double s_max, float m, float l, float *residual) {
+    const double lse2 = (double)m + log2((double)l);
+    const double top = isnan(s_max) ? 0.6931471805599453 * (double)m : s_max;
+    const float lse = (float)(top + 0.6931471805599453 * log2((double)l));
     *residual = isfinite(lse) ? (float)(lse2 - (double)lse * 1.4426950408889634) : 0.0f;   // (NaN inputs: NaN LSE)
     return lse;
 }

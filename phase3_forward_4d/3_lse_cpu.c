@@ -37,6 +37,7 @@ typedef struct {
     float *acc;             // [BLOCK_M, D_pad]  unnormalised output rows
     float *m_i, *l_i;       // [BLOCK_M]         running max (base 2) and running sum of each row
     float *s;               // [N_pad]           one row's scores, then its probabilities p
+    int64_t *max_key;       // [BLOCK_M]         the key that gave each row's max (fa_math.h, score_in_double)
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
@@ -55,6 +56,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
+    w.max_key = malloc(sizeof(int64_t) * block_m);
+    if (!w.max_key) fa_die("out of memory for the CPU tiles");
     // Zero once: the padding (every d >= D) is never written again, so it stays 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
@@ -83,6 +86,7 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
         for (int64_t d = 0; d < D_pad; d++) w->acc[r * D_pad + d] = 0.0f;
         w->m_i[r] = -INFINITY;
         w->l_i[r] = 0.0f;
+        w->max_key[r] = -1;
     }
 
     int64_t tiles = 0;
@@ -140,6 +144,10 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
 #pragma omp simd reduction(max : m_tile)
             for (int j = 0; j < N_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
             const float m_new = m_tile > w->m_i[r] ? m_tile : w->m_i[r];
+            // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
+            if (m_tile > w->m_i[r])
+                for (int j = 0; j < N_pad; j++)
+                    if (s[j] == m_tile) w->max_key[r] = k_start + j;
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
 
@@ -174,7 +182,9 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
         const float inv_l = 1.0f / w->l_i[r];
         for (int64_t d = 0; d < D; d++) o[i * t->o_strides.s + d * t->o_strides.d] = w->acc[r * D_pad + d] * inv_l;
         float residual;
-        const float row_lse = lse_from_base2(w->m_i[r], w->l_i[r], &residual);
+        const double s_max = score_in_double(q + i * t->q_strides.s, t->q_strides.d, k, t->k_strides.s,
+                                             t->k_strides.d, w->max_key[r], D, shape->scale);
+        const float row_lse = lse_from_max_score(s_max, w->m_i[r], w->l_i[r], &residual);
         t->lse[bh * S_q + i] = row_lse;   // LSE (and its residual) is contiguous [B, H, Sq]
         if (t->lse_residual) t->lse_residual[bh * S_q + i] = residual;
     }
@@ -198,6 +208,7 @@ void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, cons
                 visited += q_tile_program(shape, block_m, block_n, bh, q_start, t, &w);
             }
         free(w.q_tile);
+        free(w.max_key);
     }
     if (tiles_visited) *tiles_visited = visited;
 }

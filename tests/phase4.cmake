@@ -95,7 +95,16 @@ fa_add_saved_numpy_tests(LABEL phase4 BINARY phase4_backward)
 
 # Large logits (q, k ~ 8 * randn: scores of a few hundred), where recomputing P from LSE loses accuracy unless the
 # backward recomputes the forward's scores bit for bit and gets LSE back without loss (docs/04-backward.md): the flash
-# rows must stay within FlashAttention's 2x / 3x of the naive rows, which keep their forward's P.
+# rows must stay within FlashAttention's 2x / 3x of the naive rows, which keep their forward's P, and LSE within 2x of
+# a correctly rounded one; on four seeds of four shapes (test_large_logits.c, C only).
+add_executable(test_large_logits test_large_logits.c)
+target_link_libraries(test_large_logits PRIVATE phase4_backward_kernels phase3_forward_4d_kernels phase1_naive_kernels)
+add_test(NAME phase4_cpu_large_logits COMMAND test_large_logits cpu)
+set_tests_properties(phase4_cpu_large_logits PROPERTIES LABELS "phase4;cpu")
+add_test(NAME phase4_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_large_logits> cuda)
+set_tests_properties(phase4_cuda_large_logits PROPERTIES LABELS "phase4;gpu" SKIP_RETURN_CODE 77)
+# The same through the driver, on inputs NumPy writes (tools/large_logits.py, which the docs' table comes from);
+# skipped, with the reason, where NumPy is missing.
 if(Python3_Interpreter_FOUND)
   foreach(impl cpu cuda)
     foreach(D 16 64)

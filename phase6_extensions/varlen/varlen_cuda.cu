@@ -69,6 +69,7 @@ flash_forward_varlen_kernel(const forward_tensors t, const fa_shape shape, int64
         acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     float m_i = -INFINITY, l_i = 0.0f;
+    int64_t max_key = -1;   // the key that gave m_i (fa_math.h, score_in_double)
 
     for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
         // The three causal stages: a tile entirely in the future ends the loop before it is loaded (every later
@@ -124,6 +125,11 @@ flash_forward_varlen_kernel(const forward_tensors t, const fa_shape shape, int64
             m_tile = fmaxf(m_tile, s[j]);
         }
         const float m_new = fmaxf(m_i, m_tile);
+        // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
+        if (m_tile > m_i)
+#pragma unroll
+            for (int j = 0; j < BLOCK_N; j++)
+                if (s[j] == m_tile) max_key = k_start + j;
         // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         float row_sum = 0.0f;
@@ -168,7 +174,9 @@ flash_forward_varlen_kernel(const forward_tensors t, const fa_shape shape, int64
         reinterpret_cast<float4 *>(o + i * t.o_strides.s)[ForwardRowSplit<D>::chunk(c, part)] =
             make_float4(acc[c].x * inv_l, acc[c].y * inv_l, acc[c].z * inv_l, acc[c].w * inv_l);
     float residual;
-    const float row_lse = lse_from_base2(m_i, l_i, &residual);
+    const double s_max = score_in_double(q + i * t.q_strides.s, t.q_strides.d, k, t.k_strides.s, t.k_strides.d,
+                                         max_key, D, shape.scale);
+    const float row_lse = lse_from_max_score(s_max, m_i, l_i, &residual);
     if (part == 0) t.lse[(cu_seqlens[b] + i) * shape.H + h] = row_lse;   // LSE is [total, H]
     if (part == 0 && t.lse_residual) t.lse_residual[(cu_seqlens[b] + i) * shape.H + h] = residual;
 }
