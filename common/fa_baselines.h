@@ -66,6 +66,10 @@ void naive_backward_cuda(const fa_shape *shape, const float *q, const float *k, 
 // Sq, Sk and D must each fit in an int (the BLAS interface takes ints).
 void naive_attention_blas_cpu(const fa_shape *shape, const float *q, const float *k, const float *v, float *scores,
                               float *o, float *lse);
+// The BLAS that runs, as the library itself says (OpenBLAS, MKL, BLIS), or the reference implementation when none of
+// their queries answers: a line for the report's header, and a short name for the row ("OpenBLAS", "reference").
+const char *naive_blas_library(void);
+const char *naive_blas_library_short(void);
 
 // --- Phase 3 step 3: the 4D causal forward that stores LSE (phase3_forward_4d/3_lse_*) --------------------------
 // The forward entry points all take (shape, block_m, block_n, tensors) (phase3_forward_4d/forward4d.h lists the
@@ -194,6 +198,9 @@ void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int block_m, int b
 
 // Bytes of working memory one CPU thread needs (the larger of the two passes' tiles).
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+// What the CPU's products run on for this dtype on this CPU, for the report: with bf16 inputs on a CPU with
+// AVX512_BF16, the products along d on its dot-product instruction (vdpbf16ps, bf16_dot.h); otherwise float32 FMAs.
+const char *flash_backward_tc_cpu_products(int dtype);
 
 // The CUDA kernels are compiled for BLOCK_M x BLOCK_N = 64 x 64 only: 4 warps of 16 keys (dK/dV pass) or of 16
 // queries (dQ pass). D = 64 and 128 (tc_cuda_supports_head_dim).

@@ -17,7 +17,7 @@
 enum {
     OPT_B = 1000, OPT_H, OPT_SQ, OPT_SK, OPT_S, OPT_D, OPT_CAUSAL, OPT_SCALE, OPT_BLOCK_M, OPT_BLOCK_N, OPT_IMPL,
     OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ,
-    OPT_COMPARE_CAUSAL, OPT_HELP, OPT_DTYPE
+    OPT_COMPARE_CAUSAL, OPT_HELP, OPT_DTYPE, OPT_THREADS_ONLY, OPT_NO_BASELINES
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -34,6 +34,7 @@ static const struct option LONG_OPTIONS[] = {
     {"step", required_argument, 0, OPT_STEP},     {"dq", required_argument, 0, OPT_DQ},
     {"compare-causal", no_argument, 0, OPT_COMPARE_CAUSAL},
     {"help", no_argument, 0, OPT_HELP},           {"dtype", required_argument, 0, OPT_DTYPE},
+    {"threads-only", no_argument, 0, OPT_THREADS_ONLY}, {"no-baselines", no_argument, 0, OPT_NO_BASELINES},
     {0, 0, 0, 0}};
 
 // --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
@@ -91,6 +92,8 @@ static void print_help(const fa_cli_spec *spec) {
     if (spec->has_compare_causal)
         printf("  --compare-causal  steps 2 and 3 also run with the causal mask flipped, in rows of their own\n"
                "                 (labelled, checked against their own oracle, timed, never saved)\n");
+    if (spec->has_baselines)
+        printf("  --no-baselines the steps' rows only, without the baselines beside them\n");
     if (spec->has_dq_mode)
         printf("  --dq MODE      deterministic | atomic | both (how dQ is accumulated, default both)\n");
     if (spec->has_dtype)
@@ -98,6 +101,7 @@ static void print_help(const fa_cli_spec *spec) {
     printf("\nRun:\n");
     printf("  --impl WHICH   cpu | cuda | all                         (default all)\n");
     printf("  --threads N    OpenMP threads of the parallel CPU run   (default: all %d cores)\n", omp_get_num_procs());
+    printf("  --threads-only time the CPU rows on --threads only, without the 1-thread run\n");
     printf("  --seed N       seed of the random inputs                (default 1)\n");
     printf("  --warmup N     untimed runs before timing               (default 1)\n");
     printf("  --iters N      timed runs; the table shows the median   (default 5; 0 = check only)\n");
@@ -199,6 +203,11 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
             else fa_die("--impl expects cpu, cuda or all, got '%s'", optarg);
             break;
         case OPT_THREADS: opt->threads = (int)fa_parse_int("--threads", optarg, 1, 4096); break;
+        case OPT_THREADS_ONLY: opt->threads_only = 1; break;
+        case OPT_NO_BASELINES:
+            if (!spec->has_baselines) fa_die("--no-baselines applies to phase 5 only");
+            opt->no_baselines = 1;
+            break;
         case OPT_SEED: opt->seed = (uint64_t)fa_parse_int("--seed", optarg, 0, INT64_MAX); break;
         case OPT_WARMUP: opt->warmup = (int)fa_parse_int("--warmup", optarg, 0, 100000); break;
         case OPT_ITERS: opt->iters = (int)fa_parse_int("--iters", optarg, 0, 100000); break;

@@ -24,6 +24,7 @@ typedef struct {
     int max_step;                 // > 0: accepts --step 1..max_step|all (phase 3)
     int has_dq_mode;              // accepts --dq deterministic|atomic|both (phase 4)
     int has_compare_causal;       // accepts --compare-causal (phase 3)
+    int has_baselines;            // accepts --no-baselines (phase 5: its rows beside the steps)
     const int *cuda_head_dims;    // head dims the CUDA kernels support, ending with 0; NULL = any
     int has_dtype;                // accepts --dtype fp32|fp16|bf16 (phase 5)
 } fa_cli_spec;
@@ -33,6 +34,8 @@ typedef struct {
     int block_m, block_n;
     int impl;                     // FA_IMPL_CPU | FA_IMPL_CUDA
     int threads;                  // OpenMP threads of the parallel CPU run (default: all cores)
+    int threads_only;             // --threads-only: no 1-thread timing run (tools/cpu_compare.py saves the time)
+    int no_baselines;             // --no-baselines: the steps' rows only
     uint64_t seed;
     int warmup, iters;
     int check_heads;              // heads the oracle checks; 0 = as many as a time budget allows

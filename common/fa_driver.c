@@ -372,9 +372,11 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
 #endif
         return;
     }
-    fa_set_threads(1);
-    fa_timing single = fa_time_host(impl->run, impl->ctx, opt->warmup, opt->iters);
-    add_timing_row(report, impl, "cpu", 1, single, 0.0);
+    if (!opt->threads_only || opt->threads == 1) {
+        fa_set_threads(1);
+        fa_timing single = fa_time_host(impl->run, impl->ctx, opt->warmup, opt->iters);
+        add_timing_row(report, impl, "cpu", 1, single, 0.0);
+    }
     if (opt->threads > 1) {
         fa_set_threads(opt->threads);
         fa_timing parallel = fa_time_host(impl->run, impl->ctx, opt->warmup, opt->iters);

@@ -41,8 +41,12 @@ static inline float fa_exp2(float x) {
     p = p * f + 1.0f;
     // 2^n: put n + 127 into the exponent field (bits 23..30). n = -127 gives the bits of +0.0f. A NaN x has a NaN n,
     // and converting NaN to an integer is undefined behaviour: it takes n = 0 instead (p is NaN already).
+    // (n + 127) * 2^23 is an integer below 2^31 and exact in float, so converting it gives the bits directly: a
+    // float multiply and a conversion, which AVX has in 256-bit vectors, where the shift (n + 127) << 23 would need
+    // AVX2's integer instructions, and the "fma" version of FA_SIMD_CLONES (common/fa_simd.h) would fall back to
+    // 128-bit vectors for the whole loop.
     const float n_finite = n == n ? n : 0.0f;
-    const uint32_t bits = (uint32_t)((int32_t)n_finite + 127) << 23;
+    const uint32_t bits = (uint32_t)(int32_t)((n_finite + 127.0f) * 8388608.0f);   // 8388608 = 2^23
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);   // reinterpret the bits; compilers turn this into a register move
     return p * two_n;

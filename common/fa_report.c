@@ -2,6 +2,7 @@
 #include "fa_report.h"
 #include "fa_save.h"
 #include "fa_gpu.h"
+#include "fa_simd.h"
 #include "fa_tensor.h"
 
 #include <math.h>
@@ -29,6 +30,14 @@ void fa_report_add_check(fa_report *r, fa_check check) {
 
 void fa_report_add_row(fa_report *r, const fa_timing_row *row) {
     if (r->n_rows < FA_REPORT_MAX_ROWS) r->rows[r->n_rows++] = *row;
+}
+
+void fa_report_add_library(fa_report *r, const char *fmt, ...) {
+    if (r->n_libraries >= 2) return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(r->libraries[r->n_libraries++], sizeof r->libraries[0], fmt, args);
+    va_end(args);
 }
 
 void fa_report_add_note(fa_report *r, const char *fmt, ...) {
@@ -89,7 +98,7 @@ const char *fa_cpu_model(void) {
 }
 
 // The widest vector instructions the compiler was allowed to use for this build (its -m flags; none means the
-// architecture's baseline). The kernels are compiled with the same flags as this file.
+// architecture's baseline): what code outside the FA_SIMD_CLONES functions runs.
 const char *fa_cpu_simd_built(void) {
 #if defined(__AVX512F__)
     return "AVX-512 (512-bit)";
@@ -106,6 +115,17 @@ const char *fa_cpu_simd_built(void) {
 #endif
 }
 
+// The version of the FA_SIMD_CLONES functions (the CPU kernels' hot loops) that this CPU runs: the loader takes the
+// first of the clones' instruction sets (fa_simd.h) that the CPU has, in this order.
+const char *fa_simd_hot_loops(void) {
+#if FA_SIMD_HAVE_CLONES
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "AVX-512F (512-bit, FMA)";
+    if (__builtin_cpu_supports("fma")) return "AVX + FMA (256-bit)";
+#endif
+    return fa_cpu_simd_built();
+}
+
 // The vector extensions this CPU offers, from the flags line of /proc/cpuinfo: the ones that set the float32 width.
 const char *fa_cpu_simd_offered(void) {
     static char offered[96] = "";
@@ -116,7 +136,8 @@ const char *fa_cpu_simd_offered(void) {
     char padded[sizeof flags + 2];   // " flag1 flag2 ... ": every flag between two spaces, for a whole-word search
     snprintf(padded, sizeof padded, " %s ", flags);
     static const char *const names[][2] = {{"sse2", "SSE2"}, {"avx2", "AVX2"}, {"fma", "FMA"},
-                                           {"avx512f", "AVX-512F"}, {"asimd", "NEON"}, {"sve", "SVE"}};
+                                           {"avx512f", "AVX-512F"}, {"avx512_bf16", "AVX512_BF16"},
+                                           {"asimd", "NEON"}, {"sve", "SVE"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char word[16];
         snprintf(word, sizeof word, " %s ", names[i][0]);
@@ -147,8 +168,9 @@ static void print_header(const fa_report *r) {
            (long long)s->B, (long long)s->H, (long long)s->Sq, (long long)s->Sk, (long long)s->D,
            s->causal ? "yes" : "no", (double)s->scale, (unsigned long long)o->seed,
            o->load_dir ? "  inputs from " : "", o->load_dir ? o->load_dir : "");
-    printf("CPU: %s, %d logical cores, %d threads used; SIMD built for %s, the CPU offers %s\n", fa_cpu_model(),
-           fa_cpu_cores(), o->threads, fa_cpu_simd_built(), fa_cpu_simd_offered());
+    printf("CPU: %s, %d logical cores, %d threads used; hot loops run %s (build baseline %s), the CPU offers %s\n",
+           fa_cpu_model(), fa_cpu_cores(), o->threads, fa_simd_hot_loops(), fa_cpu_simd_built(), fa_cpu_simd_offered());
+    for (int i = 0; i < r->n_libraries; i++) printf("  %s\n", r->libraries[i]);
     const fa_gpu_facts *g = fa_gpu_info();
     if (g->sms == 0) {
         printf("GPU: %s\n", fa_gpu_name());
@@ -281,7 +303,7 @@ void fa_report_write_csv(const fa_report *r, const char *path) {
                 row->pass < 0 ? "" : (row->pass ? "1" : "0"), row_tolerance(r, row), row->status, row->median_ms,
                 row->min_ms, gflops, row->flops, (long long)row->extra_bytes, row->copy_ms);
         csv_text(f, fa_cpu_model());
-        fprintf(f, ",%s,%s,%d,", fa_cpu_simd_built(), fa_cpu_simd_offered(), fa_cpu_cores());
+        fprintf(f, ",%s,%s,%d,", fa_simd_hot_loops(), fa_cpu_simd_offered(), fa_cpu_cores());
         csv_text(f, fa_gpu_name());
         fprintf(f, ",%d,%d,%s\n", g->sms, g->clock_mhz, commit);
     }

@@ -41,12 +41,16 @@ typedef struct {
     int n_rows;
     char notes[8][160];                // lines printed under the tables (skipped GPU, copies)
     int n_notes;
+    char libraries[2][256];            // lines printed under the machine: libraries a row depends on (its BLAS)
+    int n_libraries;
 } fa_report;
 
 void fa_report_init(fa_report *report, const char *program, const fa_options *options);
 void fa_report_add_check(fa_report *report, fa_check check);
 void fa_report_add_row(fa_report *report, const fa_timing_row *row);
 void fa_report_add_note(fa_report *report, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// A line printed in the header under the machine: a library that a row's speed depends on (its BLAS).
+void fa_report_add_library(fa_report *report, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // The pass flag of all checks whose label is `label` (1 when all passed, 0 when one failed, -1 when none).
 int fa_report_label_passed(const fa_report *report, const char *label);
 // The check of `tensor` in the rows labelled `label`, or NULL.
@@ -55,7 +59,8 @@ const fa_check *fa_report_find_check(const fa_report *report, const char *label,
 void fa_report_print(const fa_report *report);
 // The --csv columns (FIELDS in tools/bench.py is the tools' copy; the tools test checks that the two agree): what
 // ran (phase, step, kind = forward|backward, impl, threads), the problem, the check (pass, tolerance), the timing,
-// FLOPs by the suite's convention (fa_shape.c), memory, and the machine (CPU model, SIMD built for and offered,
+// FLOPs by the suite's convention (fa_shape.c), memory, and the machine (CPU model, SIMD of the hot loops (the column
+// cpu_simd_built: the FA_SIMD_CLONES version this CPU runs, fa_simd.h) and offered,
 // cores; GPU, SMs, MHz).
 #define FA_CSV_HEADER                                                                                                \
     "phase,step,kind,impl,threads,B,H,Sq,Sk,D,causal,block_m,block_n,pass,tolerance,status,median_ms,min_ms,gflops," \

@@ -8,6 +8,8 @@
 // backward of phase 4 removes by recomputing P from the saved LSE, one tile at a time.
 #include "fa_baselines.h"
 
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
+
 #include <math.h>
 
 static float dot(const float *a, const float *b, int64_t D) {
@@ -17,6 +19,7 @@ static float dot(const float *a, const float *b, int64_t D) {
     return sum;
 }
 
+FA_SIMD_CLONES
 void naive_backward_cpu(const fa_shape *shape, const float *q, const float *k, const float *v, const float *o,
                         const float *probs, const float *dout, float *dscores, float *dq, float *dk, float *dv) {
     const int64_t BH = shape->B * shape->H, Sq = shape->Sq, Sk = shape->Sk, D = shape->D;

@@ -7,8 +7,11 @@
 // grid that covers (b, h): the whole S must be written before the softmax reads it, and the whole P before O.
 #include "fa_baselines.h"
 
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
+
 #include <math.h>
 
+FA_SIMD_CLONES
 void naive_attention_cpu(const fa_shape *shape, const float *q, const float *k, const float *v,
                          float *scores, float *probs, float *o, float *lse) {
     const int64_t BH = shape->B * shape->H, Sq = shape->Sq, Sk = shape->Sk, D = shape->D;

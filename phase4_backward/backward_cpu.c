@@ -3,12 +3,14 @@
 // CUDA twin: backward_cuda.cu.   The passes: backward_dkdv_cpu.c (dK, dV), backward_dq_cpu.c (dQ).
 // Run:       build/bin/phase4_backward --impl cpu --S 1024 --D 64 --causal
 #include "fa_baselines.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 
 #include <stdlib.h>
 
 // Delta_i = sum_d dO[i][d] * O[i][d]. It equals rowsum(P * dP)_i (docs/04-backward.md shows why), which the main pass
 // needs for every (i, j): computing it once per row here costs D multiplications instead of a whole row of P and dP.
 // Rows are independent: one parallel loop over (b, h) and query rows, like one CUDA warp per row in the twin.
+FA_SIMD_CLONES
 void backward_preprocess_cpu(const fa_shape *shape, const backward_tensors *t, int zero_dq) {
     const int64_t H = shape->H, S_q = shape->Sq, D = shape->D;
     const fa_strides so = t->o_strides, sdo = t->do_strides, sdq = t->dq_strides;

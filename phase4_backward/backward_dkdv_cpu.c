@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers); fixed-length loops over
 // small local arrays let the compiler keep them in vector registers, as the CUDA threads keep theirs in registers.
 // Tiles are padded with zeros to a multiple of VEC, so no loop needs a remainder.
@@ -78,6 +79,7 @@ static dkdv_workspace workspace_alloc(int64_t BLOCK_M, int64_t BLOCK_N, int64_t 
 
 // One K/V tile of one head: what one CUDA thread block does. Key rows kv_start .. kv_start + BLOCK_N - 1 of head bh;
 // key row c of the tile is key j = kv_start + c of the head, and row r of a Q tile is row i = q_start + r.
+FA_SIMD_CLONES
 static void kv_tile_program(const fa_shape *shape, int block_m, int block_n, int64_t bh, int64_t kv_start,
                             const backward_tensors *t, int atomic_dq, dkdv_workspace *w) {
     const int64_t H = shape->H, S_q = shape->Sq, S_k = shape->Sk, D = shape->D;

@@ -13,20 +13,14 @@
 // keep in vector registers when told to unroll the loop over the ROWS rows completely (#pragma GCC unroll) and to
 // vectorise the loop over the VEC keys (#pragma omp simd); without the two, GCC keeps the array in memory and the
 // kernel runs 10-20 times slower. Which vectors, though, depends on the machine the program runs on (SSE2 only,
-// AVX2 with FMA, AVX-512), and a portable build may assume only the oldest. So the function that holds the loops is
-// compiled three times (function multiversioning: target_clones, in GCC and Clang) and the loader picks, once, the
-// widest version the CPU has: the same binary runs AVX-512 code where the CPU has it and AVX + FMA elsewhere. The
-// versions name instruction sets only: "fma" is 256-bit float arithmetic with FMA (every AVX2 CPU has it), and not
-// "arch=haswell", because GCC does not inline a function compiled for one -march (the micro-kernels, fa_exp2) into
-// one compiled for another, and a call per exponential is 10 times slower than the loop it sits in. For the same
-// reason of GCC's, the file is compiled with -fno-trapping-math (phase5_tensor_cores/CMakeLists.txt): in a function
-// with a target attribute, GCC 12 vectorises the clamps of fa_exp2 only when it may assume that comparing floats
-// raises no exception. The results do not change (nothing here reads the floating-point exception flags).
+// AVX2 with FMA, AVX-512): like every CPU kernel of the suite, the function that holds the loops is marked
+// FA_SIMD_CLONES (common/fa_simd.h), compiled once per vector width, and the loader picks the widest the CPU has.
 #include "register_tiles.h"
 #include "fa_contract.h"
 
 #include "fa_exp2.h"
 #include "fa_tensor.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,12 +33,6 @@
 // GPU one thread holds 8 rows x 4 keys: the same idea, sized for 255 scalar registers instead of 16 vectors.
 #define ROWS 4
 #define VEC 16
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__INTEL_COMPILER)
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
-#else
-#define SIMD_CLONES
-#endif
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -124,7 +112,7 @@ static inline void pv_micro_kernel(const float *p_rows, int64_t N_pad, int n_key
 }
 
 // One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
-SIMD_CLONES
+FA_SIMD_CLONES
 static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
                            const float *q, fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse, workspace *w) {

@@ -17,6 +17,7 @@
 #include "fa_half.h"
 #include "fa_tensor.h"
 #include "fa_contract.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,6 +73,7 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 
 // One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh.
 // Returns the number of K tiles it processed.
+FA_SIMD_CLONES
 static int64_t q_tile_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh,
                               int64_t q_start, const uint16_t *q, fa_strides q_strides, const uint16_t *k,
                               fa_strides k_strides, const uint16_t *v, fa_strides v_strides, float *o,

@@ -14,31 +14,33 @@
 //   d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T) and sums along the rows of a tile
 //   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). Their ROWS x VEC sums stay in vector registers
 //   while d (or the row) runs, so each vector loaded feeds ROWS multiply-adds. P and dS are rounded at the points
-//   above. The functions of the two passes carry SIMD_CLONES and the file is compiled with -fno-trapping-math, as
-//   step 1 is (its header says why; here it lets the AVX2 version vectorise the loops that form P and dS).
+//   above. The functions of the two passes carry FA_SIMD_CLONES (common/fa_simd.h), as every CPU kernel does.
+//   With bf16 inputs, on a CPU with AVX512_BF16, the four products along d use the CPU's own bf16 dot product instead
+//   (bf16_dot_along_d in phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran):
+//   one instruction takes 16 pairs of bf16 products, exact in float32, and adds them to 16 float32 sums, as an mma
+//   does.
 // CUDA twin: phase5_tensor_cores/4_backward_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
 #include "fa_baselines.h"   // step 4's entry points and tensors
 
+#include "bf16_dot.h"
+
 #include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
 #include "fa_contract.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 
 #include <stdlib.h>
+#include <string.h>
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
 // The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 1's sizes).
 // Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
 #define ROWS 4
 #define VEC 16
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__INTEL_COMPILER)
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
-#else
-#define SIMD_CLONES
-#endif
+_Static_assert(ROWS == BF16_DOT_ROWS && VEC == BF16_DOT_COLS, "bf16_dot_along_d computes ROWS x VEC blocks");
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -46,6 +48,7 @@ static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; 
 // passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
 typedef struct {
     int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of VEC
+    int64_t R_pad;                 // the larger of M_pad and N_pad
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q and dO rows (half values, exact in float32)
     float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
     float *k_tile, *v_tile;        // [N_pad, D_pad]  K and V rows
@@ -56,13 +59,16 @@ typedef struct {
                                    // [ROWS, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
     float *ds_tile;                // [M_pad, N_pad]  dS of the tile, rounded, for the atomic dQ (shared memory)
     float *dq_rows;                // [ROWS, D_pad]   the atomic dQ's share of ROWS rows, before it is added
+    // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
+    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
+    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] Q and dO (dK/dV pass), K and V (dQ pass)
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t M_pad = round_up(block_m, VEC), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
     const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
     return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
-           2 * ROWS * R_pad + M_pad * N_pad + ROWS * D_pad;
+           2 * ROWS * R_pad + M_pad * N_pad + ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles, next to each other
 }
 
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -73,6 +79,7 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
     w.M_pad = round_up(block_m, VEC), w.N_pad = round_up(block_n, VEC), w.D_pad = round_up(D, VEC);
     const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
+    w.R_pad = R_pad;
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
     for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
     w.q_tile = next, next += w.M_pad * w.D_pad;
@@ -90,7 +97,12 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.s = next, next += ROWS * R_pad;
     w.dp = next, next += ROWS * R_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
-    w.dq_rows = next;
+    w.dq_rows = next, next += ROWS * w.D_pad;
+    uint16_t *bits = (uint16_t *)next;
+    w.rows_a = bits, bits += R_pad * w.D_pad;
+    w.rows_b = bits, bits += R_pad * w.D_pad;
+    w.pairs_a = bits, bits += R_pad * w.D_pad;
+    w.pairs_b = bits;
     return w;
 }
 
@@ -174,7 +186,7 @@ static void backward_preprocess(const fa_shape *shape, int dtype, const tc_backw
 }
 
 // 2. One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
-SIMD_CLONES
+FA_SIMD_CLONES
 static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
                          const tc_backward_tensors *t, int atomic_dq, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
@@ -188,9 +200,15 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
     float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
+    const int bf16_dot = bf16_dot_available(dtype);
 
     stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
     stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
+    if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
+        memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
+        bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_a, NULL, 0);
+        bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_b, NULL, 0);
+    }
     for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
 
     // Causal: the Q tiles that end before this K/V tile starts see none of its keys.
@@ -202,6 +220,10 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
         const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
         stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
         stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
+        if (bf16_dot) {
+            bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_a, M_pad);
+            bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_b, M_pad);
+        }
         for (int i = 0; i < BLOCK_M; i++) {
             w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
             w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
@@ -215,6 +237,11 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
             // 1. s_ci = K_c . Q_i and dp_ci = V_c . dO_i for every query i of the tile, float32 sums of exact
             //    products (the first two mmas), VEC queries at a time.
             for (int64_t i0 = 0; i0 < M_pad; i0 += VEC) {
+                if (bf16_dot) {
+                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s + i0, M_pad);
+                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp + i0, M_pad);
+                    continue;
+                }
                 along_d_micro_kernel(w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
                 along_d_micro_kernel(w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
             }
@@ -283,7 +310,7 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
 }
 
 // 3. One Q tile of one head: what one block of the deterministic dQ kernel does. Queries q_start .. + BLOCK_M - 1.
-SIMD_CLONES
+FA_SIMD_CLONES
 static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
                        const tc_backward_tensors *t, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
@@ -297,9 +324,15 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
     float *dq_acc = w->acc_a;
+    const int bf16_dot = bf16_dot_available(dtype);
 
     stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
     stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
+    if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
+        memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
+        bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_a, NULL, 0);
+        bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_b, NULL, 0);
+    }
     for (int i = 0; i < BLOCK_M; i++) {
         w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
         w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
@@ -312,6 +345,10 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
         const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);
         stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
         stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, w->v_t, N_pad);
+        if (bf16_dot) {
+            bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_a, N_pad);
+            bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_b, N_pad);
+        }
 
         // The warps' queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's
         // queries: those rows of Q and dO are zeros, their dS is 0 and their dQ is never stored.
@@ -319,6 +356,11 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
             float *s = w->s, *dp = w->dp;   // [ROWS][N_pad]
             // S_ij = Q_i . K_j and dP_ij = dO_i . V_j, float32 sums of exact products, VEC keys at a time.
             for (int64_t j0 = 0; j0 < N_pad; j0 += VEC) {
+                if (bf16_dot) {
+                    bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s + j0, N_pad);
+                    bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp + j0, N_pad);
+                    continue;
+                }
                 along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s + j0, N_pad);
                 along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp + j0, N_pad);
             }
@@ -382,3 +424,5 @@ void flash_backward_tc_cpu(const fa_shape *shape, int dtype, int block_m, int bl
         free(w.q_tile);   // the start of the one allocation
     }
 }
+
+const char *flash_backward_tc_cpu_products(int dtype) { return bf16_dot_products(dtype); }

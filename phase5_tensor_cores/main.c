@@ -3,13 +3,16 @@
 // attention with BLAS (two sgemm calls and a vectorised softmax, S materialised; built when CMake finds a BLAS).
 // Every row runs on the same input and is checked against the same float64 oracle. Step 4 is the backward: the rows
 // "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
-// step 3 forward's O and LSE, and are checked by the half-precision rule for gradients.
+// step 3 forward's O and LSE, and are checked by the half-precision rule for gradients. Step 5 is the float32
+// backward with step 4's register tiles, on the CPU only: rows "step 5 bwd det" and "step 5 bwd atomic" beside
+// phase 4's backward ("phase 4 bwd det"), all differentiating phase 3 step 3's O and LSE, checked as phase 4 is.
 //
 // Run: build/bin/phase5_tensor_cores                              (class defaults: B=1 H=4 S=1024 D=64, every step)
 //      build/bin/phase5_tensor_cores --step 1 --B 4 --H 16 --S 4096 --D 128 --causal --check-heads 2
 //      build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1
 //      build/bin/phase5_tensor_cores --dtype bf16 --step 3 --B 4 --H 16 --S 4096 --D 128 --check-heads 2
 //      build/bin/phase5_tensor_cores --dtype fp16 --step 4 --dq both --B 4 --H 16 --S 4096 --D 64 --check-heads 1
+//      build/bin/phase5_tensor_cores --impl cpu --step 5 --dq both --B 1 --H 8 --S 2048 --D 64 --threads 2
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
@@ -27,13 +30,15 @@ static const int CUDA_HEAD_DIMS[] = REGTILE_CUDA_HEAD_DIMS;
 static const fa_cli_spec SPEC = {
     .program = "phase5_tensor_cores",
     .summary = "Phase 5: how FlashAttention gets fast. (1) register tiles in float32, (2) mma.sync tensor cores, (3) "
-               "swizzle and cp.async, (4) the backward on tensor cores; with phase 3 step 3 and, on the CPU, naive "
-               "attention with BLAS on the same input.",
+               "swizzle and cp.async, (4) the backward on tensor cores, (5) the float32 backward with step 4's "
+               "register tiles (CPU); with phase 3 step 3 (phase 4 for step 5) and, on the CPU, naive attention with "
+               "BLAS on the same input.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
     .default_block_n = 64,
-    .max_step = 4,
-    .has_dq_mode = 1,   // step 4: --dq deterministic|atomic|both, as in phase 4
+    .max_step = 5,
+    .has_baselines = 1,   // --no-baselines: naive BLAS, phase 3 step 3 and phase 4 left out
+    .has_dq_mode = 1,   // steps 4 and 5: --dq deterministic|atomic|both, as in phase 4
     .cuda_head_dims = CUDA_HEAD_DIMS,
     .has_dtype = 1,   // steps 2 and 3 compute in fp16 or bf16; the float32 rows run on the same rounded inputs
 };
@@ -149,8 +154,9 @@ static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
 static int row_selected(const fa_options *opt, const row_kind *row) {
     if (row->half && opt->dtype == FA_DTYPE_FP32) return 0;   // steps 2 and 3 need --dtype fp16|bf16
-    if (opt->step == 4) return 0;                             // the backward alone: no forward rows
-    return row->step == 0 || opt->step == 0 || opt->step == row->step;
+    if (opt->step >= 4) return 0;                             // the backward alone: no forward rows
+    if (row->step == 0) return !opt->no_baselines;
+    return opt->step == 0 || opt->step == row->step;
 }
 
 // Where one device's rows read their inputs and write their outputs, and where the results come back to.
@@ -177,6 +183,12 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
                               .causal = shape->causal, .upload_ms = dev->upload_ms,
                               .block_m = opt->block_m, .block_n = opt->block_n};
     char half_label[48];
+#if FA_HAVE_BLAS
+    if (row->needs_scores) {   // the naive row names its BLAS: "naive BLAS (OpenBLAS)", "naive BLAS (reference)"
+        snprintf(half_label, sizeof half_label, "%s (%s)", row->label, naive_blas_library_short());
+        impl.label = half_label;
+    }
+#endif
     if (row->half) {
         args.dtype = opt->dtype;
         args.q_half = dev->q_half, args.k_half = dev->k_half, args.v_half = dev->v_half;
@@ -285,15 +297,79 @@ static void check_and_time_backward(fa_report *report, const fa_options *opt, co
     }
 }
 
+// --- Step 5: the float32 backward with register tiles, on the CPU, beside phase 4's --------------------------------
+typedef struct {
+    const fa_shape *shape;
+    int block_m, block_n, dq_mode;
+    backward_tensors t;
+} f32_backward_args;
+
+static void run_phase4_backward_cpu(void *p) {
+    const f32_backward_args *a = p;
+    flash_backward_cpu(a->shape, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+static void run_regtile_backward_cpu(void *p) {
+    const f32_backward_args *a = p;
+    flash_backward_regtile_cpu(a->shape, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+
+// Phase 3 step 3's forward (O, LSE and its residual), then phase 4's deterministic backward and step 5 in each dQ
+// variant --dq asks for, checked against the float64 oracle with phase 4's float32 tolerance.
+static void check_and_time_f32_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
+                                        const fa_inputs *in, fa_grads host) {
+    const fa_shape *s = &opt->shape;
+    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
+    float *o = fa_alloc_floats(fa_numel_q(s), "O"), *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
+    float *residual = fa_alloc_floats(fa_numel_lse(s), "LSE residual");
+    float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
+    fa_set_threads(opt->threads);
+    const forward_tensors fwd = {in->q, in->k, in->v, sq, sk, sk, o, sq, lse, residual};
+    flash_forward_lse_cpu(s, opt->block_m, opt->block_n, &fwd, NULL);
+    const backward_tensors t = {in->q, in->k, in->v, o, lse, in->dout, sq, sk, sk, sq, sq, delta,
+                                host.dq, host.dk, host.dv, sq, sk, sk, residual};
+    const struct {
+        const char *label;
+        int dq_mode;
+        void (*run)(void *);
+        int64_t (*workspace)(int64_t D, int block_m, int block_n);
+    } rows[3] = {{"phase 4 bwd det", FA_DQ_DETERMINISTIC, run_phase4_backward_cpu, backward_dkdv_cpu_workspace_bytes},
+                 {"step 5 bwd det fp32", FA_DQ_DETERMINISTIC, run_regtile_backward_cpu,
+                  flash_backward_regtile_cpu_workspace_bytes},
+                 {"step 5 bwd atomic fp32", FA_DQ_ATOMIC, run_regtile_backward_cpu,
+                  flash_backward_regtile_cpu_workspace_bytes}};
+    const double tol[3] = {ref->tol_backward, ref->tol_backward, ref->tol_backward};
+    const fa_grads no_device = {NULL, NULL, NULL};
+    for (int r = 0; r < 3; r++) {
+        if (r == 0 ? opt->no_baselines : !(opt->dq_mode & rows[r].dq_mode)) continue;
+        f32_backward_args args = {s, opt->block_m, opt->block_n, rows[r].dq_mode, t};
+        fa_implementation impl = {.label = rows[r].label, .is_cuda = 0, .ctx = &args, .run = rows[r].run,
+                                  .flops = fa_flops_backward(s), .backward = 1,
+                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),   // Delta
+                                  .extra_what = "Delta, per-thread tiles", .block_m = opt->block_m,
+                                  .block_n = opt->block_n, .causal = s->causal,
+                                  .extra_bytes_per_thread = rows[r].workspace(s->D, opt->block_m, opt->block_n)};
+        fa_backward_outputs(&impl, s, ref, tol, host, no_device);
+        fa_check_and_time(report, opt, ref, &impl);
+    }
+    free(o);
+    free(lse);
+    free(residual);
+    free(delta);
+}
+
 int main(int argc, char **argv) {
     fa_options opt;
     fa_parse_options(argc, argv, &SPEC, &opt);
     if (opt.step >= 1 && opt.step <= 3 && opt.dq_mode != FA_DQ_BOTH)
-        fa_die("--dq applies to step 4 (the backward) only, not to --step %d", opt.step);
-    if (opt.step >= 2 && opt.dtype == FA_DTYPE_FP32)
+        fa_die("--dq applies to steps 4 and 5 (the backward) only, not to --step %d", opt.step);
+    if (opt.step == 5 && opt.dtype != FA_DTYPE_FP32)
+        fa_die("--step 5 is the float32 backward: leave --dtype out (--dtype %s runs step 4)", fa_dtype_name(opt.dtype));
+    if (opt.step >= 2 && opt.step <= 4 && opt.dtype == FA_DTYPE_FP32)
         fa_die("--step %d computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16", opt.step);
     // Step 4 runs where the inputs are half and --step is 4 or all.
     const int backward = opt.dtype != FA_DTYPE_FP32 && (opt.step == 0 || opt.step == 4);
+    // Step 5 runs where the inputs are float32 and --step is 5 or all, on the CPU.
+    const int f32_backward = opt.dtype == FA_DTYPE_FP32 && (opt.step == 0 || opt.step == 5) && (opt.impl & FA_IMPL_CPU);
     if ((opt.impl & FA_IMPL_CUDA) && backward && !tc_cuda_supports_head_dim(opt.shape.D))
         fa_die("the tensor-core backward (step 4) takes D = 64 or 128 (got %lld); use --impl cpu for other sizes",
                (long long)opt.shape.D);
@@ -313,13 +389,17 @@ int main(int argc, char **argv) {
     fa_report report;
     fa_report_init(&report, SPEC.program, &opt);
     int use_gpu = fa_use_gpu(&opt, &report);
-#if !FA_HAVE_BLAS
+#if FA_HAVE_BLAS
+    if (opt.impl & FA_IMPL_CPU) fa_report_add_library(&report, "naive BLAS row: %s", naive_blas_library());
+#else
     if (opt.impl & FA_IMPL_CPU)
         fa_report_add_note(&report, "naive BLAS row skipped: this build found no BLAS (install OpenBLAS, e.g. "
                                     "libopenblas-openmp-dev, and configure again)");
 #endif
     if (opt.dtype == FA_DTYPE_FP32 && opt.step == 0)
         fa_report_add_note(&report, "step 2 to 4 rows not run: they compute in half precision (--dtype fp16|bf16)");
+    if (use_gpu && opt.step == 5)
+        fa_report_add_note(&report, "step 5 has no GPU rows: on the GPU the float32 backward is phase 4's");
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
     char why[256];
     if (use_gpu && opt.dtype != FA_DTYPE_FP32 && opt.step != 1 && tc_cuda_check_device(why, sizeof why) != 0)
@@ -333,9 +413,9 @@ int main(int argc, char **argv) {
     // the half rows read them in that type and are checked by the half-precision rule.
     // Step 4 adds dO (rounded like the other inputs), the oracle's gradients and the rule for them.
     fa_inputs in;
-    fa_make_inputs(&opt, backward, &in);
+    fa_make_inputs(&opt, backward || f32_backward, &in);
     fa_reference ref;
-    fa_make_reference(&opt, &in, backward, &ref);
+    fa_make_reference(&opt, &in, backward || f32_backward, &ref);
     fa_half_inputs half = {0};
     fa_half_rule rule = {0};
     if (opt.dtype != FA_DTYPE_FP32) {
@@ -347,7 +427,7 @@ int main(int argc, char **argv) {
     const fa_strides kv_strides = fa_strides_contiguous(opt.shape.H, opt.shape.Sk, opt.shape.D);
     fa_grads host = {NULL, NULL, NULL};
     float *delta = NULL;
-    if (backward) {
+    if (backward || f32_backward) {
         host.dq = fa_alloc_floats(fa_numel_q(&opt.shape), "dQ");
         host.dk = fa_alloc_floats(fa_numel_kv(&opt.shape), "dK");
         host.dv = fa_alloc_floats(fa_numel_kv(&opt.shape), "dV");
@@ -366,9 +446,12 @@ int main(int argc, char **argv) {
             flash_forward_pipeline_cpu(&opt.shape, opt.dtype, opt.block_m, opt.block_n, &f, NULL);
             const tc_backward_tensors t =
                 contiguous_backward(&opt.shape, half.q, half.k, half.v, half.dout, o, lse, delta, host);
+            fa_report_add_library(&report, "step 4 cpu %s: %s", fa_dtype_name(opt.dtype),
+                                  flash_backward_tc_cpu_products(opt.dtype));
             const fa_grads no_device = {NULL, NULL, NULL};
             check_and_time_backward(&report, &opt, &ref, &rule, 0, opt.block_m, opt.block_n, t, host, no_device, 0.0);
         }
+        if (f32_backward) check_and_time_f32_backward(&report, &opt, &ref, &in, host);
     }
 #if FA_HAVE_CUDA
     if (use_gpu) {

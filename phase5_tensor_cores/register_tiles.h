@@ -10,7 +10,7 @@
 #ifndef REGISTER_TILES_H
 #define REGISTER_TILES_H
 
-#include "fa_contract.h"  // forward_tensors
+#include "fa_contract.h"  // forward_tensors, backward_tensors (step 5: phase 4's float32 tensors)
 #include "fa_shape.h"
 
 #ifdef __cplusplus
@@ -22,6 +22,13 @@ void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n,
 
 // Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this.
 int64_t flash_forward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+
+// Step 5 (CPU only): the float32 backward, register-tiled as step 4's CPU twin (5_backward_f32_cpu.c), on phase 4's
+// tensors (O, LSE and its residual from phase 3 step 3): Delta, dK/dV, and dQ as dq_mode asks (FA_DQ_DETERMINISTIC
+// or FA_DQ_ATOMIC). Any D, tile and stride.
+void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, int dq_mode,
+                                const backward_tensors *t);
+int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
 // What the CUDA kernel is compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation.
 #define REGTILE_CUDA_HEAD_DIMS {16, 32, 64, 128, 0}

@@ -56,7 +56,7 @@ if(TARGET phase1_naive_blas)
   add_test(NAME phase5_naive_blas_row COMMAND phase5_tensor_cores --impl cpu --step 1 --B 2 --H 2 --Sq 300 --Sk 200
                                               --D 64 --causal --iters 0)
   set_tests_properties(phase5_naive_blas_row PROPERTIES LABELS "phase5;cpu"
-                       PASS_REGULAR_EXPRESSION "naive BLAS cpu +LSE [^\n]* PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+                       PASS_REGULAR_EXPRESSION "naive BLAS [(][A-Za-z]+[)] +cpu +LSE [^\n]* PASS" FAIL_REGULAR_EXPRESSION "FAIL")
 else()
   add_test(NAME phase5_naive_blas_row_skipped COMMAND phase5_tensor_cores --impl cpu --step 1 --S 100 --iters 0)
   set_tests_properties(phase5_naive_blas_row_skipped PROPERTIES LABELS "phase5;cpu"
@@ -64,7 +64,7 @@ else()
 endif()
 
 # Bad input: one line on stderr, exit status 2, before any work.
-fa_add_bad_input_test(NAME phase5_bad_step_5 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 5)
+fa_add_bad_input_test(NAME phase5_bad_step_6 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 6)
 fa_add_bad_input_test(NAME phase5_bad_step_0 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 0)
 fa_add_bad_input_test(NAME phase5_bad_step_text LABEL phase5 BINARY phase5_tensor_cores ARGS --step one)
 fa_add_bad_input_test(NAME phase5_bad_D_cuda LABEL phase5 BINARY phase5_tensor_cores ARGS --impl cuda --D 48)
@@ -77,3 +77,14 @@ fa_add_bad_input_test(NAME phase5_bad_block_zero LABEL phase5 BINARY phase5_tens
 fa_add_bad_input_test(NAME phase5_bad_H_zero LABEL phase5 BINARY phase5_tensor_cores ARGS --H 0)
 fa_add_bad_input_test(NAME phase5_bad_Sq_negative LABEL phase5 BINARY phase5_tensor_cores ARGS --impl cpu --Sq -3)
 include(${CMAKE_CURRENT_SOURCE_DIR}/phase5_half.cmake)   # steps 2 to 4: fp16/bf16 on tensor cores
+
+# Step 5, the float32 register-tiled backward: checked against the float64 oracle beside phase 4's backward, causal
+# and not, odd sizes and cross attention; --step 5 with a half type is refused.
+foreach(args "--B 2 --H 3 --S 200 --D 64" "--B 1 --H 2 --Sq 77 --Sk 300 --D 40 --causal" "--B 1 --H 2 --S 257 --D 128 --causal --block-m 32 --block-n 48")
+  string(REPLACE " " ";" arg_list "${args}")
+  string(REGEX REPLACE "[^A-Za-z0-9]+" "_" name "${args}")
+  add_test(NAME phase5_step5_f32_backward${name} COMMAND phase5_tensor_cores --impl cpu --step 5 --iters 0 ${arg_list})
+  set_tests_properties(phase5_step5_f32_backward${name} PROPERTIES LABELS "phase5;cpu"
+                       PASS_REGULAR_EXPRESSION "step 5 bwd atomic fp32 cpu +dV [^\n]* PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+endforeach()
+fa_add_bad_input_test(NAME phase5_bad_step5_half LABEL phase5 BINARY phase5_tensor_cores ARGS --step 5 --dtype bf16)

@@ -20,6 +20,7 @@
 // Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
 // exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
 #include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 // The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length
 // over a small local array lets the compiler keep the array in vector registers, the way the CUDA kernel keeps its
 // arrays in registers. The tiles are padded with zeros to a multiple of VEC, so no loop needs a remainder.
@@ -64,6 +65,7 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 
 // One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh; row r
 // of the tile is row i = q_start + r of the head. Returns the number of K tiles it processed.
+FA_SIMD_CLONES
 static int64_t q_tile_program(const fa_shape *shape, dropout_params drop, int BLOCK_M, int BLOCK_N, int64_t bh,
                               int64_t q_start, const forward_tensors *t, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;

@@ -19,8 +19,10 @@
 
 #include "fa_math.h"
 #include "fa_tensor.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 
 // Pass 1 for one (head, split): what one CUDA thread block does.
+FA_SIMD_CLONES
 static void split_program(const fa_shape *shape, int64_t key_offset, int64_t bh, int64_t split, const float *q,
                           const float *k, const float *v, float *o_part, float *lse_part, float *acc) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, n_splits = splitkv_num_splits(S_k);

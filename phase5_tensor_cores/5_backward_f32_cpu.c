@@ -1,0 +1,355 @@
+// 5_backward_f32_cpu.c - phase 5, step 5, on the CPU: step 4's register-tiled backward in float32.
+//
+// What it changes from step 4's CPU twin (phase5_tensor_cores/4_backward_cpu.c): the inputs are float32 (phase 4's
+//   backward_tensors) and nothing is rounded to a half type: P and dS enter dV, dK and dQ as the float32 values they
+//   are, as in phase 4. Everything else is step 4's: the same two passes (dK/dV by keys, dQ by queries), the same
+//   tiles, and the five products in the same two register-blocked micro-kernels (along_d_micro_kernel,
+//   along_rows_micro_kernel), ROWS x VEC sums in vector registers. Two details come from phase 4 instead
+//   (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is the base-2 score the
+//   forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual (lse_to_base2), so
+//   that the largest p of a row comes back as accurately as the forward stored it. Delta is phase 4's preprocess
+//   (backward_preprocess_cpu()). This is the CPU's fast float32 backward: the one to compare with phase 4's, which
+//   computes one row at a time, and with what a CPU library does. It has no CUDA twin: on the GPU the float32
+//   backward is phase 4's, and the tiled one is step 4, on tensor cores.
+// Diff:      diff -u phase5_tensor_cores/4_backward_cpu.c phase5_tensor_cores/5_backward_f32_cpu.c
+// Run:       build/bin/phase5_tensor_cores --impl cpu --step 5 --B 1 --H 8 --S 2048 --D 64 --threads 2 --dq both
+#include "register_tiles.h"
+
+#include "fa_baselines.h"   // backward_preprocess_cpu (phase 4's preprocess)
+
+#include "fa_exp2.h"
+#include "fa_math.h"   // lse_to_base2
+#include "fa_tensor.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
+#include "fa_contract.h"
+
+#include <stdlib.h>
+
+// P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE
+// (and its residual) as hi + lo.
+// The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 1's sizes).
+// Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
+#define ROWS 4
+#define VEC 16
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers. The two
+// passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
+typedef struct {
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of VEC
+    float *q_tile, *do_tile;       // [M_pad, D_pad]  Q (times qk_scale) and dO rows
+    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
+    float *k_tile, *v_tile;        // [N_pad, D_pad]  K and V rows
+    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dQ pass sums along the keys
+    float *lse2_hi, *lse2_lo;      // [M_pad]         LSE_i * LOG2E = hi + lo (lse_to_base2, fa_math.h)
+    float *delta;                  // [M_pad]         Delta_i of the Q tile
+    float *acc_a, *acc_b;          // [max(M, N)_pad, D_pad]  dK and dV (dK/dV pass), dQ (dQ pass) accumulators
+    float *s, *dp;                 // [ROWS, M_pad] rows of S^T (then P^T) and of dP^T (then dS^T);
+                                   // [ROWS, N_pad] rows of S and of dP (then dS) in the dQ pass
+    float *ds_tile;                // [M_pad, N_pad]  dS of the tile, for the atomic dQ (shared memory)
+    float *dq_rows;                // [ROWS, D_pad]   the atomic dQ's share of ROWS rows, before it is added
+} workspace;
+
+static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
+    const int64_t M_pad = round_up(block_m, VEC), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
+    const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
+    return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 3 * M_pad + 2 * R_pad * D_pad +
+           2 * ROWS * R_pad + M_pad * N_pad + ROWS * D_pad;
+}
+
+int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
+    return workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
+}
+
+static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
+    workspace w;
+    w.M_pad = round_up(block_m, VEC), w.N_pad = round_up(block_n, VEC), w.D_pad = round_up(D, VEC);
+    const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
+    float *next = fa_alloc_floats(total, "the tiles of one backward program");
+    for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
+    w.q_tile = next, next += w.M_pad * w.D_pad;
+    w.do_tile = next, next += w.M_pad * w.D_pad;
+    w.q_t = next, next += D * w.M_pad;
+    w.do_t = next, next += D * w.M_pad;
+    w.k_tile = next, next += w.N_pad * w.D_pad;
+    w.v_tile = next, next += w.N_pad * w.D_pad;
+    w.k_t = next, next += D * w.N_pad;
+    w.v_t = next, next += D * w.N_pad;
+    w.lse2_hi = next, next += w.M_pad;
+    w.lse2_lo = next, next += w.M_pad;
+    w.delta = next, next += w.M_pad;
+    w.acc_a = next, next += R_pad * w.D_pad;
+    w.acc_b = next, next += R_pad * w.D_pad;
+    w.s = next, next += ROWS * R_pad;
+    w.dp = next, next += ROWS * R_pad;
+    w.ds_tile = next, next += w.M_pad * w.N_pad;
+    w.dq_rows = next;
+    return w;
+}
+
+// Rows first .. first + count - 1 of a [S, D] float32 tensor (its head's start, row stride, d stride), times
+// `factor`, into tiles: `rows` as [count][D_pad] and, when `cols` is not NULL, transposed as [D][cols_pad]. Rows past
+// `exist` are zeros, as the GPU's loads make them.
+static void stage_rows(const float *x, fa_strides strides, float factor, int64_t first, int64_t count, int64_t exist,
+                       int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
+    for (int64_t r = 0; r < count; r++)
+        for (int64_t d = 0; d < D; d++) {
+            const float value = first + r < exist ? x[(first + r) * strides.s + d * strides.d] * factor : 0.0f;
+            rows[r * D_pad + d] = value;
+            if (cols) cols[d * cols_pad + r] = value;
+        }
+}
+
+// The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
+// registers because the row loop is unrolled completely and the column loop vectorised; every product of this file
+// is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
+//
+// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
+// columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
+// once and ROWS values of a, and does ROWS * VEC multiply-adds with them.
+static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
+                                        float *out, int64_t out_pad) {
+    float sum[ROWS][VEC] = {{0.0f}};
+    for (int64_t d = 0; d < D; d++) {
+        const float *b_d = b_t + d * b_pad;
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const float a_rd = a[r * D_pad + d];
+#pragma omp simd
+            for (int jj = 0; jj < VEC; jj++) sum[r][jj] += a_rd * b_d[jj];
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int jj = 0; jj < VEC; jj++) out[r * out_pad + jj] = sum[r][jj];
+}
+
+// Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
+// VEC dims of it), for ROWS rows of a ([ROWS][a_pad], P^T, dS^T or dS) and acc ([ROWS][D_pad]). The sums
+// start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
+static inline void along_rows_micro_kernel(const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
+                                           float *acc) {
+    float sum[ROWS][VEC];
+    for (int r = 0; r < ROWS; r++)
+        for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];
+    for (int i = 0; i < n; i++) {
+        const float *b_i = b + i * D_pad;
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const float a_ri = a[r * a_pad + i];
+#pragma omp simd
+            for (int dd = 0; dd < VEC; dd++) sum[r][dd] += a_ri * b_i[dd];
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int dd = 0; dd < VEC; dd++) acc[r * D_pad + dd] = sum[r][dd];
+}
+
+// 1. Delta_i = sum_d dO_id O_id: phase 4's preprocess, backward_preprocess_cpu().
+
+// 2. One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
+FA_SIMD_CLONES
+static void dkdv_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
+                         const backward_tensors *t, int atomic_dq, workspace *w) {
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
+    const int64_t D_pad = w->D_pad;
+    const float scale = shape->scale, qk_scale = scale * LOG2E;
+    const int64_t b = bh / shape->H, h = bh % shape->H;
+    const float *q = t->q + b * t->q_strides.b + h * t->q_strides.h;
+    const float *k = t->k + b * t->k_strides.b + h * t->k_strides.h;
+    const float *v = t->v + b * t->v_strides.b + h * t->v_strides.h;
+    const float *dout = t->dout + b * t->do_strides.b + h * t->do_strides.h;
+    const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
+    const float *residual = t->lse_residual ? t->lse_residual + bh * S_q : NULL;
+    const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
+    float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
+
+    stage_rows(k, t->k_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
+    stage_rows(v, t->v_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
+    for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
+
+    // Causal: the Q tiles that end before this K/V tile starts see none of its keys.
+    const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M;
+    for (int64_t q_tile = shape->causal ? k_start / BLOCK_M : 0; q_tile < n_q_tiles; q_tile++) {
+        const int64_t q_start = q_tile * BLOCK_M;
+        const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        if (stage == TILE_FUTURE) continue;
+        const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
+        stage_rows(q, t->q_strides, qk_scale, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
+        stage_rows(dout, t->do_strides, 1.0f, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
+        for (int i = 0; i < BLOCK_M; i++) {
+            lse_to_base2(i < rows ? lse[q_start + i] : 0.0f, i < rows && residual ? residual[q_start + i] : 0.0f,
+                         &w->lse2_hi[i], &w->lse2_lo[i]);
+            w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
+        }
+
+        // The warps' keys, ROWS at a time: keys c0 .. c0 + ROWS - 1 are ROWS rows of S^T = K Q^T and dP^T = V dO^T.
+        // The last group may run past the tile's keys: those rows of K and V are zeros, their P is 0 and their dK
+        // and dV are never stored (as on the GPU).
+        for (int c0 = 0; c0 < keys; c0 += ROWS) {
+            float *s = w->s, *dp = w->dp;   // [ROWS][M_pad]
+            // 1. s_ci = K_c . (qk_scale Q_i) and dp_ci = V_c . dO_i for every query i of the tile, VEC queries at a
+            //    time.
+            for (int64_t i0 = 0; i0 < M_pad; i0 += VEC) {
+                along_d_micro_kernel(w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
+                along_d_micro_kernel(w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
+            }
+            // 2. P^T from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a query
+            //    before the key), and dS^T = P^T * (dP^T - Delta).
+            for (int r = 0; r < ROWS; r++) {
+                const int64_t key = k_start + c0 + r;
+                // The queries that see this key: i_first .. i_end - 1 (none for a key past S_k).
+                const int64_t i_first = stage == TILE_DIAGONAL && key > q_start ? key - q_start : 0;
+                const int64_t i_end = c0 + r < keys ? rows : 0;
+                float *s_c = s + r * M_pad, *dp_c = dp + r * M_pad;
+#pragma omp simd
+                for (int64_t i = 0; i < M_pad; i++) {
+                    const float x = (s_c[i] - w->lse2_hi[i]) - w->lse2_lo[i];
+                    const float p = fa_exp2(i >= i_first && i < i_end ? x : -INFINITY);   // 2^-inf = 0
+                    dp_c[i] = p * (dp_c[i] - w->delta[i]);
+                    s_c[i] = p;
+                }
+            }
+            // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci (qk_scale Q_i), ROWS keys x VEC dims at a time.
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
+                along_rows_micro_kernel(s, M_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
+                along_rows_micro_kernel(dp, M_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
+            }
+            // The GPU's trip through shared memory: dS^T of every warp, read back as dS rows for dQ.
+            if (atomic_dq)
+                for (int r = 0; r < ROWS; r++)
+                    for (int64_t i = 0; i < M_pad; i++) w->ds_tile[i * N_pad + c0 + r] = dp[r * M_pad + i];
+        }
+
+        if (atomic_dq) {
+            // This tile's share of dQ: dQ_i += scale * sum_c dS_ic K_c, ROWS queries at a time,
+            // added atomically: other threads add into the same rows from their own K/V tiles, in an order that
+            // changes from run to run. Queries past `rows` have dS = 0 and are never added.
+            float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
+            for (int i0 = 0; i0 < rows; i0 += ROWS) {
+                for (int64_t x = 0; x < ROWS * D_pad; x++) w->dq_rows[x] = 0.0f;
+                for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
+                    along_rows_micro_kernel(w->ds_tile + i0 * N_pad, N_pad, keys, w->k_tile + d0, D_pad,
+                                            w->dq_rows + d0);
+                for (int r = 0; r < ROWS && i0 + r < rows; r++) {
+                    float *dq_i = dq + (q_start + i0 + r) * t->dq_strides.s;
+                    for (int64_t d = 0; d < D; d++) {
+#pragma omp atomic update
+                        dq_i[d * t->dq_strides.d] += scale * w->dq_rows[r * D_pad + d];
+                    }
+                }
+            }
+        }
+    }
+
+    // Each dK_j and dV_j is written once, by the one program that owns its K/V tile. dK summed dS against the
+    // staged qk_scale Q: it takes scale / qk_scale = LN2 here, so that dK = scale dS^T Q.
+    float *dk = t->dk + b * t->dk_strides.b + h * t->dk_strides.h;
+    float *dv = t->dv + b * t->dv_strides.b + h * t->dv_strides.h;
+    for (int c = 0; c < keys; c++)
+        for (int64_t d = 0; d < D; d++) {
+            dk[(k_start + c) * t->dk_strides.s + d * t->dk_strides.d] = LN2 * dk_acc[c * D_pad + d];
+            dv[(k_start + c) * t->dv_strides.s + d * t->dv_strides.d] = dv_acc[c * D_pad + d];
+        }
+}
+
+// 3. One Q tile of one head: what one block of the deterministic dQ kernel does. Queries q_start .. + BLOCK_M - 1.
+FA_SIMD_CLONES
+static void dq_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
+                       const backward_tensors *t, workspace *w) {
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
+    const int64_t D_pad = w->D_pad;
+    const float scale = shape->scale, qk_scale = scale * LOG2E;
+    const int64_t b = bh / shape->H, h = bh % shape->H;
+    const float *q = t->q + b * t->q_strides.b + h * t->q_strides.h;
+    const float *k = t->k + b * t->k_strides.b + h * t->k_strides.h;
+    const float *v = t->v + b * t->v_strides.b + h * t->v_strides.h;
+    const float *dout = t->dout + b * t->do_strides.b + h * t->do_strides.h;
+    const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
+    const float *residual = t->lse_residual ? t->lse_residual + bh * S_q : NULL;
+    const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
+    float *dq_acc = w->acc_a;
+
+    stage_rows(q, t->q_strides, qk_scale, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
+    stage_rows(dout, t->do_strides, 1.0f, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
+    for (int i = 0; i < BLOCK_M; i++) {
+        lse_to_base2(i < rows ? lse[q_start + i] : 0.0f, i < rows && residual ? residual[q_start + i] : 0.0f,
+                     &w->lse2_hi[i], &w->lse2_lo[i]);
+        w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
+    }
+    for (int64_t x = 0; x < M_pad * D_pad; x++) dq_acc[x] = 0.0f;
+
+    for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
+        const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        if (stage == TILE_FUTURE) break;
+        const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);
+        stage_rows(k, t->k_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
+        stage_rows(v, t->v_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, w->v_t, N_pad);
+
+        // The warps' queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's
+        // queries: those rows of Q and dO are zeros, their dS is 0 and their dQ is never stored.
+        for (int i0 = 0; i0 < rows; i0 += ROWS) {
+            float *s = w->s, *dp = w->dp;   // [ROWS][N_pad]
+            // S_ij = (qk_scale Q_i) . K_j and dP_ij = dO_i . V_j, VEC keys at a time.
+            for (int64_t j0 = 0; j0 < N_pad; j0 += VEC) {
+                along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s + j0, N_pad);
+                along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp + j0, N_pad);
+            }
+            // P (0 past S_k and, on a diagonal tile, after the row), and dS = P * (dP - Delta).
+            for (int r = 0; r < ROWS; r++) {
+                const int64_t row = q_start + i0 + r;
+                // The keys this query sees: 0 .. j_end - 1 (on a diagonal tile those up to the row itself; none for
+                // a query past S_q).
+                int64_t j_end = stage == TILE_DIAGONAL && row - k_start + 1 < keys ? row - k_start + 1 : keys;
+                if (i0 + r >= rows) j_end = 0;
+                const float *s_i = s + r * N_pad;
+                float *dp_i = dp + r * N_pad;
+#pragma omp simd
+                for (int64_t j = 0; j < N_pad; j++) {
+                    const float x = (s_i[j] - w->lse2_hi[i0 + r]) - w->lse2_lo[i0 + r];
+                    const float p = fa_exp2(j < j_end ? x : -INFINITY);   // 2^-inf = 0
+                    dp_i[j] = p * (dp_i[j] - w->delta[i0 + r]);
+                }
+            }
+            // dQ_i += sum_j dS_ij K_j, ROWS queries x VEC dims at a time, in key order: the same sum, in the same
+            // order, every run.
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
+                along_rows_micro_kernel(dp, N_pad, keys, w->k_tile + d0, D_pad, dq_acc + i0 * D_pad + d0);
+        }
+    }
+
+    float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
+    for (int i = 0; i < rows; i++)
+        for (int64_t d = 0; d < D; d++)
+            dq[(q_start + i) * t->dq_strides.s + d * t->dq_strides.d] = scale * dq_acc[i * D_pad + d];
+}
+
+void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, int dq_mode,
+                                const backward_tensors *t) {
+    if (dq_mode != FA_DQ_DETERMINISTIC && dq_mode != FA_DQ_ATOMIC)
+        fa_die("the register-tiled backward runs one dQ variant at a time (deterministic or atomic)");
+    const int atomic_dq = dq_mode == FA_DQ_ATOMIC;
+    const int64_t BH = shape->B * shape->H;
+    const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
+    backward_preprocess_cpu(shape, t, atomic_dq);
+#pragma omp parallel
+    {
+        workspace w = workspace_alloc(shape->D, block_m, block_n);
+        // The loops are the CUDA grids, (blockIdx.y, blockIdx.x) = (bh, tile): one iteration is one thread block.
+        // Dynamic: under the causal mask the tiles' work differs.
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
+                dkdv_program(shape, block_m, block_n, bh, kv_tile * block_n, t, atomic_dq, &w);
+        if (!atomic_dq) {
+#pragma omp for collapse(2) schedule(dynamic)
+            for (int64_t bh = 0; bh < BH; bh++)
+                for (int64_t i = 0; i < n_q_tiles; i++) {
+                    // Causal: the last Q tiles see the most keys; starting with them, the short ones fill in last.
+                    const int64_t q_tile = n_q_tiles - 1 - i;
+                    dq_program(shape, block_m, block_n, bh, q_tile * block_m, t, &w);
+                }
+        }
+        free(w.q_tile);   // the start of the one allocation
+    }
+}
