@@ -17,6 +17,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "flash_steps_shim.h"
+
 #include "backward.h"
 #include "backward_ext.h"
 #include "extensions.h"
@@ -24,24 +26,6 @@
 #include "forward4d.h"
 #include "tc_backward.h"
 #include "tensor_cores.h"
-
-// One problem, as the Python side describes it (python/flash_steps/_library.py mirrors this struct field by field).
-typedef struct {
-    int64_t B, H, H_kv, Sq, Sk, D;        // Q is [B, H, Sq, D]; K and V are [B, H_kv, Sk, D]
-    int32_t causal;                       // top-left aligned, as PyTorch's is_causal
-    float scale;
-    int64_t window_left, window_right;    // -1: no bound on that side (both -1: no window)
-    float softcap;                        // 0: off
-    int32_t dtype;                        // FA_DTYPE_FP32, FA_DTYPE_FP16 or FA_DTYPE_BF16 (fa_half.h)
-    int32_t on_gpu;                       // the pointers are CUDA device pointers
-    int32_t deterministic;                // the backward's dQ: 1 deterministic, 0 atomic
-} fs_problem;
-
-// A [B, H, S, D] tensor: its data and its strides in elements.
-typedef struct {
-    void *data;
-    fa_strides strides;
-} fs_tensor;
 
 // The tiles. CPU and GPU take the same ones, so that the two compute the same sums in the same order.
 #define FP32_BLOCK_M 64   // in both lists of forward4d.h and backward.h
