@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """plot_training.py - the training comparison's figure: validation loss against step for every run of
 train_gpt.py (one panel per dtype: PyTorch's attention with two seeds, the suite's with the first); how far each
-curve lies from PyTorch's seed-1 curve (the suite's distance against the two seeds' distance, the noise); and
+curve lies from PyTorch's seed-1 curve (the suite's distance against the distance between PyTorch's two seeds, the noise); and
 tokens per second side by side.
 
     python3 python/train/plot_training.py DIR [OUT.png]     # reads DIR/training.csv and DIR/summary.csv
