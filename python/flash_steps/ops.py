@@ -95,6 +95,8 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     problem = _problem(q, k, v, causal, scale, window_left, window_right, softcap, deterministic)
     _check_problem(problem)
     dout = dout.to(q.dtype).contiguous()
+    if dout.data_ptr() % GPU_ROW_BYTES:   # a contiguous view that starts mid-row: a copy starts on 16 bytes
+        dout = dout.clone()
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     dk = torch.empty(k.shape, dtype=torch.float32, device=q.device)
     dv = torch.empty(v.shape, dtype=torch.float32, device=q.device)
