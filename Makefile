@@ -1,7 +1,7 @@
 # Thin wrapper around CMake so that a fresh clone needs only `make` and `make test`.
 #   make              configure, build, and run the class demo (every phase, CPU and GPU)
 #   make test         build and run every test (GPU tests report "skipped" on a machine without a GPU)
-#   make test-phase3  one phase's tests (also test-common, test-phase1..5, test-tools, test-docs, test-gpu)
+#   make test-phase3  one phase's tests (also test-common, test-phase1..6, test-tools, test-docs, test-lineage, test-gpu)
 #   make test-big     the big tests make test leaves out (the 2^31-element runs and the largest shapes)
 #   make bench        the benchmark sweep (tools/), results in build/bench/
 #   make plots        figures from build/bench/results.csv

@@ -2,7 +2,7 @@
 #   make demo          the class demo: every phase, CPU and GPU, default class-sized shapes
 #   make test-phaseN   one phase's tests (ctest label phaseN); test-common, test-gpu, test-big likewise
 #   make bench, make plots   see tools/
-foreach(label common phase1 phase2 phase3 phase4 phase5 phase6 hardening tools docs gpu big python)
+foreach(label common phase1 phase2 phase3 phase4 phase5 phase6 hardening tools docs lineage gpu big python)
   add_custom_target(test-${label}
     COMMAND ${CMAKE_CTEST_COMMAND} --output-on-failure -L "^${label}$$" -j ${FA_TEST_JOBS}
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR} USES_TERMINAL)

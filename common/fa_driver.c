@@ -55,7 +55,7 @@ void fa_backward_outputs(fa_implementation *impl, const fa_shape *shape, const f
     fa_dims_kv(shape, impl->outputs[2].dims);
 }
 
-static void save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
+void fa_save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]) {
     if (!opt->save_dir) return;
     char path[4096], err[512], lower[16];
     snprintf(lower, sizeof lower, "%s", name);
@@ -65,7 +65,7 @@ static void save_tensor(const fa_options *opt, const char *name, const float *x,
     if (fa_npy_save(path, x, 4, ndim, dims, err, sizeof err) != 0) fa_die("%s", err);
 }
 
-static float *load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]) {
+float *fa_load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]) {
     char path[4096], err[600];
     snprintf(path, sizeof path, "%s/%s.npy", opt->load_dir, name);
     float *x = fa_npy_load_f32(path, 4, dims, err, sizeof err);
@@ -87,7 +87,7 @@ static void make_dirs(const char *dir) {
     }
 }
 
-static void save_command(const fa_options *opt) {
+void fa_save_command(const fa_options *opt) {
     make_dirs(opt->save_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/command.txt", opt->save_dir);
@@ -105,10 +105,10 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
     fa_dims_kv(s, dkv);
     memset(in, 0, sizeof *in);
     if (opt->load_dir) {
-        in->q = load_tensor(opt, "q", dq);
-        in->k = load_tensor(opt, "k", dkv);
-        in->v = load_tensor(opt, "v", dkv);
-        if (with_dout) in->dout = load_tensor(opt, "do", dq);
+        in->q = fa_load_tensor(opt, "q", dq);
+        in->k = fa_load_tensor(opt, "k", dkv);
+        in->v = fa_load_tensor(opt, "v", dkv);
+        if (with_dout) in->dout = fa_load_tensor(opt, "do", dq);
     } else {
         in->q = fa_alloc_floats(fa_numel_q(s), "Q");
         in->k = fa_alloc_floats(fa_numel_kv(s), "K");
@@ -130,11 +130,11 @@ void fa_make_inputs(const fa_options *opt, int with_dout, fa_inputs *in) {
         if (in->dout) fa_round_floats(in->dout, fa_numel_q(s), opt->dtype);   // dO is a half input of the backward
     }
     if (opt->save_dir) {
-        save_command(opt);
-        save_tensor(opt, "q", in->q, dq);
-        save_tensor(opt, "k", in->k, dkv);
-        save_tensor(opt, "v", in->v, dkv);
-        if (in->dout) save_tensor(opt, "do", in->dout, dq);
+        fa_save_command(opt);
+        fa_save_tensor(opt, "q", in->q, dq);
+        fa_save_tensor(opt, "k", in->k, dkv);
+        fa_save_tensor(opt, "v", in->v, dkv);
+        if (in->dout) fa_save_tensor(opt, "do", in->dout, dq);
     }
 }
 
@@ -341,7 +341,7 @@ void fa_check_and_time(fa_report *report, const fa_options *opt, const fa_refere
             fa_check_against_reference(&check, fa_report_find_check(report, out->reference_label, out->name),
                                        out->reference_factor);
         fa_report_add_check(report, check);
-        save_tensor(opt, out->name, out->host, out->dims);
+        fa_save_tensor(opt, out->name, out->host, out->dims);
     }
     report->heads_checked = ref->heads_checked;
 

@@ -98,6 +98,14 @@ int64_t fa_heads_to_check(const fa_options *opt, double flops_per_head);
 // them when count >= BH); the others 0. fa_make_reference samples the heads it checks with it.
 void fa_choose_heads(unsigned char *heads, int64_t BH, int64_t count);
 
+// The pieces of --save-dir and --load-dir, for a driver whose inputs have shapes of their own (phase 6: GQA's K
+// and V are [B, H_kv, Sk, D]). fa_save_command writes opt->argv as DIR/command.txt; fa_save_tensor writes NAME.npy
+// (lower case; LSE as [B, H, Sq]) when --save-dir is set; fa_load_tensor reads NAME.npy from --load-dir and exits 2
+// with one line unless it holds exactly dims.
+void fa_save_command(const fa_options *opt);
+void fa_save_tensor(const fa_options *opt, const char *name, const float *x, const int64_t dims[4]);
+float *fa_load_tensor(const fa_options *opt, const char *name, const int64_t dims[4]);
+
 // The tolerance of a check on these inputs: `base` (FA_TOL_FORWARD or FA_TOL_BACKWARD), raised when the logits are
 // large. A float32 dot product of D terms carries an error of about eps * sqrt(D) * scale * max|q| * max|k|, and an
 // error in a logit is a relative error of the same size in exp(logit): with --scale 20 the logits reach 100 and the
@@ -144,7 +152,7 @@ typedef struct {
 void fa_make_half_inputs(const fa_options *opt, const fa_inputs *in, fa_half_inputs *half);
 void fa_free_half_inputs(fa_half_inputs *half);
 
-// The half-precision check (DESIGN.md, "Precision"), FlashAttention's rule: a result passes when its error is at
+// The half-precision check (docs/architecture.md, "Conventions"), FlashAttention's rule: a result passes when its error is at
 // most 2x the error of the straightforward implementation at the same precision (fa_half_reference_forward), run
 // on the same inputs in the same run, plus the float32 tolerance (ref->tol_forward): the accumulation is float32
 // everywhere, so a float32-sized difference (tensor cores add in another order) is always allowed, and a reference

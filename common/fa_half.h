@@ -44,7 +44,7 @@ void fa_round_floats(float *x, int64_t n, int dtype);
 void fa_floats_to_half(const float *x, uint16_t *h, int64_t n, int dtype);
 
 // The straightforward implementation at the same precision, the yardstick of the half-precision check
-// (DESIGN.md, "Precision"): attention with the softmax materialised, rounding where the tensor-core kernels round:
+// (docs/architecture.md, "Conventions"): attention with the softmax materialised, rounding where the tensor-core kernels round:
 //   S = scale * Q K^T   float32 sums of products of the half inputs (exact products, as on a tensor core)
 //   P = softmax(S)      float32, then rounded to dtype (the kernels round P before P V)
 //   O = P V             float32 sums;  LSE_i = log(sum_j exp(S_ij)) in float32

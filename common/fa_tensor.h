@@ -9,7 +9,7 @@ extern "C" {
 #include <stddef.h>
 #include <stdint.h>
 
-// Exit status for bad input or a request the machine cannot meet (DESIGN.md: one line on stderr, exit 2).
+// Exit status for bad input or a request the machine cannot meet (docs/architecture.md, "Conventions": one line on stderr, exit 2).
 #define FA_EXIT_BAD_INPUT 2
 // Exit status ctest reads as "skipped" (a GPU test on a machine without a GPU).
 #define FA_EXIT_SKIP 77

@@ -5,7 +5,7 @@
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_tensor.h"
-#include "naive.h"
+#include "fa_baselines.h"
 
 #include <stdlib.h>
 

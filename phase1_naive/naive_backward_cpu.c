@@ -6,7 +6,7 @@
 //
 // Every step reads whole Sq x Sk matrices the step before wrote: that memory and traffic is what the FlashAttention
 // backward of phase 4 removes by recomputing P from the saved LSE, one tile at a time.
-#include "naive_backward.h"
+#include "fa_baselines.h"
 
 #include <math.h>
 

@@ -8,7 +8,7 @@
 // written whole by one kernel and read whole by the next, 2 * Sq * Sk floats per head that phase 4 never stores.
 #include "fa_cuda_check.h"
 #include "fa_warp.cuh"
-#include "naive_backward.h"
+#include "fa_baselines.h"
 
 #include <math.h>
 

@@ -5,7 +5,7 @@
 // which is why it uses the vectorised fa_exp2 instead of the C library's expf) and S: Sq * Sk floats per head,
 // written by the first sgemm, read and written by the softmax, read by the second sgemm, too large for the caches.
 // Run: build/bin/phase5_tensor_cores --impl cpu --step 1 --B 1 --H 8 --S 4096 --D 64 --threads 2 --check-heads 1
-#include "naive_blas.h"
+#include "fa_baselines.h"
 
 #include "fa_exp2.h"
 #include "fa_math.h"   // LOG2E, LN2

@@ -5,7 +5,7 @@
 //
 // Each pass is its own parallel loop over (b, h) and query rows, the way each CUDA kernel is its own launch over a
 // grid that covers (b, h): the whole S must be written before the softmax reads it, and the whole P before O.
-#include "naive.h"
+#include "fa_baselines.h"
 
 #include <math.h>
 

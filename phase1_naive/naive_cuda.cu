@@ -8,7 +8,7 @@
 // per head, is what FlashAttention removes.
 #include "fa_cuda_check.h"
 #include "fa_warp.cuh"
-#include "naive.h"
+#include "fa_baselines.h"
 
 #include <math.h>
 

@@ -7,7 +7,7 @@
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_tensor.h"
-#include "naive.h"
+#include "fa_baselines.h"
 #include "online_softmax.h"
 
 #include <stdlib.h>
@@ -38,7 +38,7 @@ static void run_naive_cpu(void *p) {
 
 static void run_flash_cpu(void *p) {
     run_args *a = p;
-    const forward_tensors t = {a->q, a->k, a->v, a->o};
+    const forward_2d_tensors t = {a->q, a->k, a->v, a->o};
     flash_forward_2d_cpu(a->shape, a->block_m, a->block_n, &t);
 }
 
@@ -50,7 +50,7 @@ static void run_naive_cuda(void *p) {
 
 static void run_flash_cuda(void *p) {
     run_args *a = p;
-    const forward_tensors t = {a->q, a->k, a->v, a->o};
+    const forward_2d_tensors t = {a->q, a->k, a->v, a->o};
     flash_forward_2d_cuda(a->shape, a->block_m, a->block_n, &t);
 }
 #endif

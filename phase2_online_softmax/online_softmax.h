@@ -20,10 +20,10 @@ extern "C" {
 typedef struct {
     const float *q, *k, *v;   // q [S_q, D], k and v [S_k, D]
     float *o;                 // [S_q, D]
-} forward_tensors;
+} forward_2d_tensors;
 
 // CPU (online_softmax_cpu.c): any D, any tile sizes >= 1. Parallelised with OpenMP over Q tiles.
-void flash_forward_2d_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
+void flash_forward_2d_cpu(const fa_shape *shape, int block_m, int block_n, const forward_2d_tensors *t);
 
 // Bytes of working memory one CPU thread needs for these tiles (its private "shared memory": the K and V tiles,
 // the Q tile, the accumulators); the driver reports threads * this as the extra memory of the flash version.
@@ -31,7 +31,7 @@ int64_t flash_forward_2d_cpu_workspace_bytes(int64_t D, int block_m, int block_n
 
 // CUDA (online_softmax_cuda.cu): D in FLASH2_CUDA_HEAD_DIMS and tiles in FLASH2_CUDA_TILES_TEXT.
 // Every pointer is a device pointer. The launcher exits 2 with one line on anything else.
-void flash_forward_2d_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
+void flash_forward_2d_cuda(const fa_shape *shape, int block_m, int block_n, const forward_2d_tensors *t);
 
 // What the CUDA kernel is compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation, and every one
 // costs compile time for every GPU architecture, so the list is short.

@@ -67,7 +67,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 
 // One Q tile: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of O; row r of the tile is
 // row i = q_start + r of O.
-static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t q_start, const forward_tensors *t,
+static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t q_start,
+                           const forward_2d_tensors *t,
                            workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
     const float qk_scale = shape->scale * LOG2E;
@@ -157,7 +158,7 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
     }
 }
 
-void flash_forward_2d_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
+void flash_forward_2d_cpu(const fa_shape *shape, int block_m, int block_n, const forward_2d_tensors *t) {
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m;
 #pragma omp parallel
     {

@@ -10,8 +10,8 @@
 //   diff -u phase3_forward_4d/3_lse_cuda.cu phase4_backward/backward_dq_cuda.cu
 //
 // Thread mapping (docs/02-online-softmax.md draws it):
-//   - one query row per thread, or per pair of threads when D = 128: a thread holds at most MAX_DIMS_PER_THREAD
-//     = 64 dimensions of q and acc in registers (128 would need too many registers); the pair adds its two halves
+//   - one query row per thread, or per pair of threads when D = 128: a thread holds at most 64 dimensions
+//     of q and acc in registers (FORWARD_MAX_DIMS_PER_THREAD; 128 would need too many); the pair adds its two halves
 //     of each dot product with one __shfl_xor_sync, then both hold the full score;
 //   - the BLOCK_N scores of the current tile are a register array (every loop below has a compile-time trip count
 //     and is unrolled, which is what lets an array live in registers);
@@ -19,54 +19,19 @@
 //     16 bytes: coalesced), into shared memory, where every thread of a row reads the same element at the same
 //     time (a broadcast: no bank conflict).
 #include "fa_cuda_check.h"
+#include "fa_row_split.cuh"
 #include "online_softmax.h"
 
 #include <math.h>
 
 #include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
 
-// A thread holds at most this many dimensions of its row's q and acc (2 * 64 registers already, next to the
-// BLOCK_N scores); a larger D is split over D / 64 threads.
-#define MAX_DIMS_PER_THREAD 64
-
-// Dimensions of q and acc one thread holds, and threads per query row.
-template <int D> struct row_split {
-    static constexpr int DIMS_PER_THREAD = D < MAX_DIMS_PER_THREAD ? D : MAX_DIMS_PER_THREAD;
-    static constexpr int THREADS_PER_ROW = D / DIMS_PER_THREAD;
-    static constexpr int CHUNKS = DIMS_PER_THREAD / 4;   // float4 chunks per thread
-    static constexpr int PARTS = 1;   // one running sum per score (phase 3 splits it in parts, for phase 4)
-};
-
-// Thread `part` of a row holds the float4 chunks part, part + THREADS_PER_ROW, part + 2*THREADS_PER_ROW, ... of
-// the row: the two threads of a D = 128 row then read neighbouring 16 bytes of shared memory (different banks)
-// instead of bytes 256 apart (the same banks, a 2-way conflict).
-template <int D> __device__ __forceinline__ int chunk_of(int c, int part) {
-    return c * row_split<D>::THREADS_PER_ROW + part;
-}
-
-// a . b added into PARTS partial sums: element e of the float4 (dim 4c + e of the row) goes to part e % PARTS.
-template <int PARTS> __device__ __forceinline__ void dot4_parts(float4 a, float4 b, float (&sum)[PARTS]) {
-    sum[0 % PARTS] = fmaf(a.x, b.x, sum[0 % PARTS]);
-    sum[1 % PARTS] = fmaf(a.y, b.y, sum[1 % PARTS]);
-    sum[2 % PARTS] = fmaf(a.z, b.z, sum[2 % PARTS]);
-    sum[3 % PARTS] = fmaf(a.w, b.w, sum[3 % PARTS]);
-}
-
-// (x[0] + x[1]) + (x[2] + x[3]): the order of the backward's butterfly (row_sum in phase4_backward).
-template <int PARTS> __device__ __forceinline__ float add_in_pairs(float (&x)[PARTS]) {
-#pragma unroll
-    for (int step = 1; step < PARTS; step *= 2)
-#pragma unroll
-        for (int p = 0; p + step < PARTS; p += 2 * step) x[p] += x[p + step];
-    return x[0];
-}
-
 // grid: (number of Q tiles), block: BLOCK_M * THREADS_PER_ROW threads.
 // q, o: [S_q, D]; k, v: [S_k, D], contiguous. Shared memory: the K tile and the V tile, [BLOCK_N, D] each.
 template <int D, int BLOCK_M, int BLOCK_N>
-__global__ void __launch_bounds__(BLOCK_M * row_split<D>::THREADS_PER_ROW)
-flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_scale) {
-    constexpr int THREADS_PER_ROW = row_split<D>::THREADS_PER_ROW, CHUNKS = row_split<D>::CHUNKS;
+__global__ void __launch_bounds__(BLOCK_M * ForwardRowSplit<D>::THREADS_PER_ROW)
+flash_forward_2d_kernel(const forward_2d_tensors t, const fa_shape shape, float qk_scale) {
+    constexpr int THREADS_PER_ROW = ForwardRowSplit<D>::THREADS_PER_ROW, CHUNKS = ForwardRowSplit<D>::CHUNKS;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
     constexpr int TILE_FLOAT4 = BLOCK_N * ROW_FLOAT4;        // float4s in one K (or V) tile
@@ -92,7 +57,7 @@ flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++) {
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (row_exists) x = reinterpret_cast<const float4 *>(q + i * D)[chunk_of<D>(c, part)];
+        if (row_exists) x = reinterpret_cast<const float4 *>(q + i * D)[ForwardRowSplit<D>::chunk(c, part)];
         q_i[c] = make_float4(x.x * qk_scale, x.y * qk_scale, x.z * qk_scale, x.w * qk_scale);
         acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
@@ -121,10 +86,10 @@ flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_
         float s[BLOCK_N];
 #pragma unroll
         for (int j = 0; j < BLOCK_N; j++) {
-            float part_sum[row_split<D>::PARTS] = {};
+            float part_sum[1] = {};   // PARTS = 1 (phase 3 splits it in parts, for phase 4)
 #pragma unroll
             for (int c = 0; c < CHUNKS; c++)
-                dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)], part_sum);
+                dot4_parts(q_i[c], k_tile[j * ROW_FLOAT4 + ForwardRowSplit<D>::chunk(c, part)], part_sum);
             s[j] = add_in_pairs(part_sum);
         }
         // D = 128: the threads of a row (neighbouring lanes of one warp) add up their parts of each dot product;
@@ -132,7 +97,7 @@ flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_
 #pragma unroll
         for (int offset = 1; offset < THREADS_PER_ROW; offset *= 2) {
 #pragma unroll
-            for (int j = 0; j < BLOCK_N; j++) s[j] += __shfl_xor_sync(0xffffffffu, s[j], offset);
+            for (int j = 0; j < BLOCK_N; j++) s[j] += __shfl_xor_sync(FULL_WARP, s[j], offset);
         }
 
         // The online softmax. Keys past S_k get -INFINITY: exp2(-inf) = 0, they take no part.
@@ -168,7 +133,7 @@ flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_
         for (int j = 0; j < BLOCK_N; j++) {
 #pragma unroll
             for (int c = 0; c < CHUNKS; c++) {
-                const float4 v4 = v_tile[j * ROW_FLOAT4 + chunk_of<D>(c, part)];
+                const float4 v4 = v_tile[j * ROW_FLOAT4 + ForwardRowSplit<D>::chunk(c, part)];
                 acc[c].x = fmaf(s[j], v4.x, acc[c].x);
                 acc[c].y = fmaf(s[j], v4.y, acc[c].y);
                 acc[c].z = fmaf(s[j], v4.z, acc[c].z);
@@ -182,24 +147,25 @@ flash_forward_2d_kernel(const forward_tensors t, const fa_shape shape, float qk_
     const float inv_l = 1.0f / l_i;
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++)
-        reinterpret_cast<float4 *>(o + i * D)[chunk_of<D>(c, part)] =
+        reinterpret_cast<float4 *>(o + i * D)[ForwardRowSplit<D>::chunk(c, part)] =
             make_float4(acc[c].x * inv_l, acc[c].y * inv_l, acc[c].z * inv_l, acc[c].w * inv_l);
 }
 
 // Launches one instantiation. The two tiles can pass the 48 KiB a kernel gets without asking (D = 128 with
 // BLOCK_N = 64 needs 64 KiB), so the kernel asks for what it uses.
-template <int D, int BLOCK_M, int BLOCK_N> static void launch(const fa_shape *shape, const forward_tensors *t) {
+template <int D, int BLOCK_M, int BLOCK_N> static void launch(const fa_shape *shape, const forward_2d_tensors *t) {
     auto kernel = flash_forward_2d_kernel<D, BLOCK_M, BLOCK_N>;
     const int smem_bytes = 2 * BLOCK_N * D * (int)sizeof(float);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
     const float qk_scale = shape->scale * LOG2E;
-    kernel<<<q_tiles, BLOCK_M * row_split<D>::THREADS_PER_ROW, smem_bytes>>>(*t, *shape, qk_scale);
+    kernel<<<q_tiles, BLOCK_M * ForwardRowSplit<D>::THREADS_PER_ROW, smem_bytes>>>(*t, *shape, qk_scale);
     FA_CUDA_CHECK_LAUNCH();
 }
 
 // The one dispatch: (D, BLOCK_M, BLOCK_N) to the instantiation compiled for it (the header lists them).
-template <int D> static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
+template <int D> static void launch_tiles(const fa_shape *shape, int block_m, int block_n,
+                                          const forward_2d_tensors *t) {
     if (block_m == 64 && block_n == 32) launch<D, 64, 32>(shape, t);
     else if (block_m == 64 && block_n == 64) launch<D, 64, 64>(shape, t);
     else if (block_m == 128 && block_n == 64) launch<D, 128, 64>(shape, t);
@@ -207,7 +173,7 @@ template <int D> static void launch_tiles(const fa_shape *shape, int block_m, in
                 FLASH2_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_2d_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
+extern "C" void flash_forward_2d_cuda(const fa_shape *shape, int block_m, int block_n, const forward_2d_tensors *t) {
     switch (shape->D) {
     case 16: launch_tiles<16>(shape, block_m, block_n, t); break;
     case 32: launch_tiles<32>(shape, block_m, block_n, t); break;

@@ -109,7 +109,7 @@ static int64_t q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, i
             // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
             // and the sums stay in registers while d runs, four per key (dim d in part d % 4), added in pairs at the
             // end: the order of standard attention's vectorised dot product, and the order phase 4's backward sums
-            // its scores in (forward4d.h, CPU_SCORE_PARTS). The tiles are zero past D, so no loop needs a remainder.
+            // its scores in (fa_contract.h, CPU_SCORE_PARTS). The tiles are zero past D, so no loop needs a remainder.
             for (int j0 = 0; j0 < N_pad; j0 += VEC) {
                 float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};
                 for (int64_t d = 0; d < D; d += 4) {

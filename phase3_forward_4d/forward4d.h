@@ -6,32 +6,20 @@
 //                          and the Q tiles taken last to first, so that the longest causal tiles start first.
 //   step 3 (3_lse_*):    + LSE = log(sum_j exp(scale * q_i . k_j)) per row, [B, H, Sq] float32, for the backward.
 //
-// Every tensor comes with its strides (fa_strides, in elements: element (b, h, s, d) of Q is at
-// q[b * q_strides.b + h * q_strides.h + s * q_strides.s + d * q_strides.d], the chapter's stride_qb, stride_qh,
-// stride_qs, stride_qd), so a view of a larger tensor, such as a [B, S, H, D] buffer seen as [B, H, S, D], needs no
-// copy. The CPU functions take any strides. The CUDA functions read and write rows as float4s: they need
-// strides.d == 1, the other strides multiples of 4 and the pointers 16-byte aligned (true of every contiguous
-// tensor at the D they support) and exit 2 with one line otherwise. LSE is always contiguous [B, H, Sq].
+// The tensors (forward_tensors), the grid limit, the score order, the causal tile rule and the CUDA kernels' float4
+// row check are the kernel contract of common/fa_contract.h; step 3, which other phases run too, is declared in
+// common/fa_baselines.h with the CPU workspace of all three steps. The CPU functions take any strides. The CUDA
+// functions read and write rows as float4s (check_float4_tensors) and exit 2 with one line otherwise.
 #ifndef FORWARD4D_H
 #define FORWARD4D_H
 
-#include "fa_math.h"    // FA_HOST_DEVICE
+#include "fa_baselines.h"  // step 3: flash_forward_lse_*, flash_forward_4d_cpu_workspace_bytes
+#include "fa_contract.h"
 #include "fa_shape.h"
-#include "fa_tensor.h"  // fa_die
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// The tensors of one call, with their strides; the CPU functions take host pointers, the CUDA functions device
-// pointers. Step 1 reads q, k, v and writes o; step 3 also writes lse (and lse_residual when it is not NULL).
-typedef struct {
-    const float *q, *k, *v;      // q [B, H, Sq, D], k and v [B, H, Sk, D]
-    fa_strides q_strides, k_strides, v_strides;
-    float *o;                    // [B, H, Sq, D]
-    fa_strides o_strides;
-    float *lse, *lse_residual;   // step 3: contiguous [B, H, Sq]; the others leave them alone
-} forward_tensors;
 
 // The three steps take the same arguments. tiles_visited may be NULL, else receives the number of (Q tile, K tile)
 // pairs the CPU processed (summed over all heads): the tile-count test and --causal's note read it.
@@ -43,82 +31,7 @@ void flash_forward_grid4d_cuda(const fa_shape *shape, int block_m, int block_n, 
 void flash_forward_causal_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t,
                               int64_t *tiles_visited);
 void flash_forward_causal_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
-// Step 3: + LSE (natural log), contiguous [B, H, Sq], and lse_residual [B, H, Sq]: what LSE's float32 rounding lost,
-// in base 2 (fa_math.h; NULL when not wanted). Phase 4's backward pass uses these two.
-void flash_forward_lse_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t,
-                           int64_t *tiles_visited);
-void flash_forward_lse_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
-
-// The CUDA kernels read and write whole rows as float4s: every row of Q, K, V and O must start on 16 bytes, with its
-// D floats next to each other. Exits 2 with one line when one does not.
-static inline void check_float4_rows(const char *name, const float *x, fa_strides strides) {
-    const int aligned = ((uintptr_t)x % 16 == 0) && strides.b % 4 == 0 && strides.h % 4 == 0 && strides.s % 4 == 0;
-    if (strides.d != 1 || !aligned)
-        fa_die("the CUDA kernels need %s with stride d = 1, the other strides multiples of 4 and a 16-byte "
-               "aligned pointer (got strides %lld, %lld, %lld, %lld)", name, (long long)strides.b,
-               (long long)strides.h, (long long)strides.s, (long long)strides.d);
-}
-static inline void check_float4_tensors(const forward_tensors *t) {
-    check_float4_rows("Q", t->q, t->q_strides);
-    check_float4_rows("K", t->k, t->k_strides);
-    check_float4_rows("V", t->v, t->v_strides);
-    check_float4_rows("O", t->o, t->o_strides);
-}
-
-// Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this. The three steps'
-// tiles are the same, so one function (in step 1) gives all of them.
-int64_t flash_forward_4d_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
-
-// What the CUDA kernels are compiled for: each (D, BLOCK_M, BLOCK_N) is one template instantiation per step, and
-// every one costs compile time for every GPU architecture of the build, so the list is short.
-#define FLASH4D_CUDA_HEAD_DIMS {16, 32, 64, 128, 0}
-#define FLASH4D_CUDA_TILES_TEXT "64x32, 64x64 or 128x64"
-static inline int flash4d_cuda_supports_tiles(int block_m, int block_n) {
-    return (block_m == 64 && (block_n == 32 || block_n == 64)) || (block_m == 128 && block_n == 64);
-}
-
-// --- The grid of the kernels of phases 3 and 4 (and of phase 5's steps 2, 3 and 4) --------------------------------
-// blockIdx.x is the tile (a Q tile in the forward and the dQ pass, a K tile in the dK/dV pass) and blockIdx.y the
-// head, bh = b * H + h. gridDim.y is at most 65,535 (a hardware limit), and B * H may be more: the launcher then
-// launches the kernel once for every MAX_GRID_Y heads, passing the first head of the launch (bh_first), and the
-// kernel's head is bh_first + blockIdx.y. heads_in_launch() is how many heads the launch starting at bh_first has.
-#define MAX_GRID_Y 65535
-static inline unsigned int heads_in_launch(int64_t BH, int64_t bh_first) {
-    return (unsigned int)(BH - bh_first < MAX_GRID_Y ? BH - bh_first : MAX_GRID_Y);
-}
-
-// --- How the GPU kernels sum a score q_i . k_j: the forward (phase 3) and the backward (phase 4) alike ------------
-// A score is summed as SCORE_PARTS = D / SCORE_PART_DIMS partial sums, part p over the dims p, p + SCORE_PARTS,
-// p + 2 * SCORE_PARTS, ... in increasing order, and the parts are then added in pairs: (part 0 + part 1) +
-// (part 2 + part 3), and so on. That is the order of the backward, which splits a row over SCORE_PARTS threads. Why
-// the forward follows it: the backward recomputes P_ij = exp(s_ij - LSE_i), and only when its s_ij has the very bits
-// the forward's had does the largest p of a row come back as accurately as the stored LSE allows. Summed in another
-// order, the two scores differ by float32 rounding, which at logits of a few hundred is 1e-5 or more, and every
-// gradient inherits it (docs/04-backward.md measures it).
-#define SCORE_PART_DIMS 16
-// The CPU code, forward and backward alike, sums a score in CPU_SCORE_PARTS = 4 parts, dim d in part d % 4, added in
-// pairs: the order of the lanes of a 4-float SIMD register, which is how standard attention's vectorised dot product
-// (phase 1) sums. (In one part, a sum of 64 or 128 products loses 2-4x more than that at large logits.)
-#define CPU_SCORE_PARTS 4
-
-// --- The causal rule, shared by the kernels, the tile-count test and the figure -----------------------------------
-// Row i sees key j when j <= i (top-left aligned). For one (Q tile, K tile) pair, the tile of rows
-// q_start .. q_start + block_m - 1 and keys k_start .. k_start + block_n - 1 (cut at S_q and S_k) is
-//   TILE_FUTURE    every key comes after every row: nothing to see; the K-tile loop stops here (and at every later
-//                  tile, which lies further in the future), so the tile is never even loaded;
-//   TILE_FULL      every key is at or before every row (or the attention is not causal): compute, no mask;
-//   TILE_DIAGONAL  the diagonal i = j crosses the tile: compute, then mask s[i][j] to -INFINITY where j > i.
-enum { TILE_FULL = 0, TILE_DIAGONAL = 1, TILE_FUTURE = 2 };
-
-FA_HOST_DEVICE static inline int causal_tile_stage(int causal, int64_t q_start, int64_t k_start, int block_m,
-                                                   int block_n, int64_t S_q, int64_t S_k) {
-    if (!causal) return TILE_FULL;
-    const int64_t q_last = (q_start + block_m < S_q ? q_start + block_m : S_q) - 1;   // the last row that exists
-    const int64_t k_last = (k_start + block_n < S_k ? k_start + block_n : S_k) - 1;   // the last key that exists
-    if (k_start > q_last) return TILE_FUTURE;   // its first key is after the tile's last row
-    if (k_last <= q_start) return TILE_FULL;    // its last key is at or before the tile's first row
-    return TILE_DIAGONAL;
-}
+// Step 3 (+ LSE): flash_forward_lse_cpu and flash_forward_lse_cuda, in common/fa_baselines.h.
 
 #ifdef __cplusplus
 }

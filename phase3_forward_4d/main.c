@@ -12,7 +12,7 @@
 #include "fa_gpu.h"
 #include "fa_tensor.h"
 #include "forward4d.h"
-#include "naive.h"
+#include "fa_baselines.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,31 +50,59 @@ static forward_tensors tensors_of(const step_args *a) {
                              .o = a->o, .o_strides = qs, .lse = a->lse, .lse_residual = NULL};
 }
 
-static void run_cpu(void *p) {
-    step_args *a = p;
-    const fa_shape *s = a->shape;
-    const forward_tensors t = tensors_of(a);
-    switch (a->step) {
-    case 0: naive_attention_cpu(s, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse); break;
-    case 1: flash_forward_grid4d_cpu(s, a->block_m, a->block_n, &t, &a->tiles_visited); break;
-    case 2: flash_forward_causal_cpu(s, a->block_m, a->block_n, &t, &a->tiles_visited); break;
-    default: flash_forward_lse_cpu(s, a->block_m, a->block_n, &t, &a->tiles_visited);
-    }
+// What runs each row, on each device.
+static void naive_cpu(step_args *a) {
+    naive_attention_cpu(a->shape, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse);
 }
-
+static void grid4d_cpu(step_args *a) {
+    const forward_tensors t = tensors_of(a);
+    flash_forward_grid4d_cpu(a->shape, a->block_m, a->block_n, &t, &a->tiles_visited);
+}
+static void causal_cpu(step_args *a) {
+    const forward_tensors t = tensors_of(a);
+    flash_forward_causal_cpu(a->shape, a->block_m, a->block_n, &t, &a->tiles_visited);
+}
+static void lse_cpu(step_args *a) {
+    const forward_tensors t = tensors_of(a);
+    flash_forward_lse_cpu(a->shape, a->block_m, a->block_n, &t, &a->tiles_visited);
+}
 #if FA_HAVE_CUDA
-static void run_cuda(void *p) {
-    step_args *a = p;
-    const fa_shape *s = a->shape;
-    const forward_tensors t = tensors_of(a);
-    switch (a->step) {
-    case 0: naive_attention_cuda(s, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse); break;
-    case 1: flash_forward_grid4d_cuda(s, a->block_m, a->block_n, &t); break;
-    case 2: flash_forward_causal_cuda(s, a->block_m, a->block_n, &t); break;
-    default: flash_forward_lse_cuda(s, a->block_m, a->block_n, &t);
-    }
+static void naive_cuda(step_args *a) {
+    naive_attention_cuda(a->shape, a->q, a->k, a->v, a->scores, a->probs, a->o, a->lse);
 }
+static void grid4d_cuda(step_args *a) {
+    const forward_tensors t = tensors_of(a);
+    flash_forward_grid4d_cuda(a->shape, a->block_m, a->block_n, &t);
+}
+static void causal_cuda(step_args *a) {
+    const forward_tensors t = tensors_of(a);
+    flash_forward_causal_cuda(a->shape, a->block_m, a->block_n, &t);
+}
+static void lse_cuda(step_args *a) {
+    const forward_tensors t = tensors_of(a);
+    flash_forward_lse_cuda(a->shape, a->block_m, a->block_n, &t);
+}
+#define GPU_ROW(fn) fn
+#else
+#define GPU_ROW(fn) NULL   // a build without CUDA has no GPU rows
 #endif
+
+// The rows: one table, indexed by step (0 = naive), each with its label (and its label in the causal variant) and
+// what runs it on the CPU and on the GPU.
+typedef struct {
+    const char *label, *causal_label;
+    void (*cpu)(step_args *a), (*cuda)(step_args *a);
+} row_kind;
+static const row_kind ROWS[4] = {
+    {"naive", "naive (causal)", naive_cpu, GPU_ROW(naive_cuda)},
+    {"step 1", "step 1 (causal)", grid4d_cpu, GPU_ROW(grid4d_cuda)},
+    {"step 2", "step 2 (causal)", causal_cpu, GPU_ROW(causal_cuda)},
+    {"step 3", "step 3 (causal)", lse_cpu, GPU_ROW(lse_cuda)},
+};
+
+// The harness calls impl.run(ctx): the args know their step, and the device picks the function.
+static void run_on_cpu(void *p) { step_args *a = p; ROWS[a->step].cpu(a); }
+static void run_on_gpu(void *p) { step_args *a = p; ROWS[a->step].cuda(a); }
 
 // What one device needs to run every row: the inputs, the output buffers, and where the results come back to.
 typedef struct {
@@ -92,10 +120,6 @@ typedef struct {
     const fa_reference *ref;
 } variant;
 
-static const char *const STEP_LABELS[2][4] = {{"naive", "step 1", "step 2", "step 3"},
-                                              {"naive (causal)", "step 1 (causal)", "step 2 (causal)",
-                                               "step 3 (causal)"}};
-
 // Runs, checks and times one step (0 = naive) of one variant on one device.
 static void run_row(fa_report *report, const fa_options *opt, const variant *var, const device_buffers *dev,
                     int step) {
@@ -103,14 +127,10 @@ static void run_row(fa_report *report, const fa_options *opt, const variant *var
     const fa_shape *shape = &vopt->shape;
     step_args args = {.step = step, .shape = shape, .block_m = opt->block_m, .block_n = opt->block_n,
                       .q = dev->q, .k = dev->k, .v = dev->v, .o = dev->o, .lse = dev->lse};
-    fa_implementation impl = {.label = STEP_LABELS[shape->causal][step], .is_cuda = dev->is_cuda, .ctx = &args,
-                              .flops = fa_flops_forward(shape), .causal = shape->causal,
-                              .upload_ms = dev->upload_ms};
-#if FA_HAVE_CUDA
-    impl.run = dev->is_cuda ? run_cuda : run_cpu;
-#else
-    impl.run = run_cpu;
-#endif
+    fa_implementation impl = {.label = shape->causal ? ROWS[step].causal_label : ROWS[step].label,
+                              .is_cuda = dev->is_cuda, .ctx = &args, .flops = fa_flops_forward(shape),
+                              .causal = shape->causal, .upload_ms = dev->upload_ms,
+                              .run = dev->is_cuda ? run_on_gpu : run_on_cpu};
     const int64_t n_scores = fa_numel_scores(shape);
     if (step == 0) {
         // Naive needs S and P; when they do not fit it is left out (the flash steps need neither).

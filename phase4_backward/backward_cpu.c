@@ -2,7 +2,7 @@
 //
 // CUDA twin: backward_cuda.cu.   The passes: backward_dkdv_cpu.c (dK, dV), backward_dq_cpu.c (dQ).
 // Run:       build/bin/phase4_backward --impl cpu --S 1024 --D 64 --causal
-#include "backward.h"
+#include "fa_baselines.h"
 
 #include <stdlib.h>
 

@@ -2,8 +2,8 @@
 //
 // CPU twin: backward_cpu.c.   The passes: backward_dkdv_cuda.cu (dK, dV), backward_dq_cuda.cu (dQ).
 // Run:      build/bin/phase4_backward --impl cuda --S 1024 --D 64 --causal
-#include "backward.h"
-#include "backward_cuda.cuh"
+#include "fa_baselines.h"
+#include "fa_row_split.cuh"
 #include "fa_cuda_check.h"
 #include "fa_warp.cuh"
 

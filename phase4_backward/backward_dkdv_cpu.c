@@ -10,8 +10,8 @@
 // outside, would instead make every Q tile add into every dK_j and dV_j.) dQ_i, also a sum over keys, is the
 // gradient this order leaves behind: backward_dq_cpu.c computes it in its own pass, or, with atomic_dq, this pass
 // adds each tile's share into dQ with atomic additions.
-#include "backward.h"
-#include "forward4d.h"   // causal_tile_stage
+#include "fa_baselines.h"
+#include "fa_contract.h"   // causal_tile_stage
 #include "fa_exp2.h"
 #include "fa_tensor.h"
 
@@ -108,7 +108,7 @@ static void kv_tile_program(const fa_shape *shape, int block_m, int block_n, int
     const int64_t first_q_tile = causal ? kv_start / BLOCK_M : 0;
     for (int64_t q_tile = first_q_tile; q_tile < n_q_tiles; q_tile++) {
         const int64_t q_start = q_tile * BLOCK_M;
-        // The causal stage of this (Q tile, K tile) pair (forward4d.h). Past first_q_tile a tile is in
+        // The causal stage of this (Q tile, K tile) pair (fa_contract.h). Past first_q_tile a tile is in
         // the future only where S_q ends before this K/V tile starts (Sq < Sk): no row sees a key here.
         const int stage = causal_tile_stage(causal, q_start, kv_start, block_m, block_n, S_q, S_k);
         if (stage == TILE_FUTURE) continue;
@@ -135,7 +135,7 @@ static void kv_tile_program(const fa_shape *shape, int block_m, int block_n, int
             // The thread's loop over the Q tile's rows, split in three loops that each run along the rows
             // (or along d), so that the compiler can vectorise them.
             // 1. s_i = S_ij * LOG2E = (qk_scale Q_i) . K_j, summed as the forward sums it (four parts, dim
-            //    d in part d % 4, added in pairs: forward4d.h), and dp_i = dO_i . V_j in one sum, for
+            //    d in part d % 4, added in pairs: fa_contract.h), and dp_i = dO_i . V_j in one sum, for
             //    every row i, VEC rows at a time. The tiles are zero past D.
             for (int64_t r0 = 0; r0 < M_pad; r0 += VEC) {
                 float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};

@@ -4,14 +4,14 @@
 // CPU twin: backward_dkdv_cpu.c (its loop body over one K/V tile is what one thread block does here).
 // Run:      build/bin/phase4_backward --impl cuda --dq deterministic
 //
-// The mapping: one thread per key row j of the tile (THREADS_PER_ROW threads when D > 16, see backward_cuda.cuh),
+// The mapping: one thread per key row j of the tile (THREADS_PER_ROW threads when D > 16, see fa_row_split.cuh),
 // which keeps K_j, V_j and its accumulators dK_j, dV_j in registers from start to end. The Q tile, the dO tile and
 // that tile's LSE and Delta are staged in shared memory, and every thread walks over the tile's query rows i:
 //   s = (qk_scale Q_i) . K_j,  p = exp2(s - LSE_i * LOG2E),  dV_j += p dO_i,  dp = dO_i . V_j,
 //   ds = p (dp - Delta_i),  dK_j += ds Q_i
 // All threads read the same row i at the same time, so shared memory broadcasts it.
-#include "backward.h"
-#include "backward_cuda.cuh"
+#include "fa_baselines.h"
+#include "fa_row_split.cuh"
 #include "fa_cuda_check.h"
 
 // The tiles one thread block keeps in shared memory (dynamic shared memory: with D = 128 they pass the 48 KiB that a
@@ -30,11 +30,12 @@ struct DkdvShared {
 };
 
 template <int D, int BLOCK_M, int BLOCK_N, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(BLOCK_N * RowSplit<D>::THREADS_PER_ROW,
-                                  min_blocks_per_sm(BLOCK_N * RowSplit<D>::THREADS_PER_ROW))
+__global__ void __launch_bounds__(BLOCK_N * BackwardRowSplit<D>::THREADS_PER_ROW,
+                                  min_blocks_per_sm(BLOCK_N * BackwardRowSplit<D>::THREADS_PER_ROW))
 backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_q, int64_t S_k, float scale,
                      int causal) {
-    constexpr int DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD, THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW;
+    constexpr int DIMS_PER_THREAD = BackwardRowSplit<D>::DIMS_PER_THREAD;
+    constexpr int THREADS_PER_ROW = BackwardRowSplit<D>::THREADS_PER_ROW;
     constexpr int THREADS = BLOCK_N * THREADS_PER_ROW;
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     using Shared = DkdvShared<D, BLOCK_M, BLOCK_N, ATOMIC_DQ>;
@@ -62,7 +63,7 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_
     float k_j[DIMS_PER_THREAD], v_j[DIMS_PER_THREAD], dk_j[DIMS_PER_THREAD], dv_j[DIMS_PER_THREAD];
 #pragma unroll
     for (int u = 0; u < DIMS_PER_THREAD; u++) {
-        const int d = RowSplit<D>::dim(part, u);
+        const int d = BackwardRowSplit<D>::dim(part, u);
         k_j[u] = key_valid ? k_head[j * t.k_strides.s + d * t.k_strides.d] : 0.0f;
         v_j[u] = key_valid ? v_head[j * t.v_strides.s + d * t.v_strides.d] : 0.0f;
         dk_j[u] = dv_j[u] = 0.0f;
@@ -78,7 +79,7 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_
     const int64_t first_q_tile = causal ? kv_start / BLOCK_M : 0;
     for (int64_t q_tile = first_q_tile; q_tile < n_q_tiles; q_tile++) {
         const int64_t q_start = q_tile * BLOCK_M;
-        // The causal stage of this (Q tile, K tile) pair (forward4d.h). Past first_q_tile a tile is in the future
+        // The causal stage of this (Q tile, K tile) pair (fa_contract.h). Past first_q_tile a tile is in the future
         // only where S_q ends before this K/V tile starts (Sq < Sk): none of its rows sees a key here.
         const int stage = causal_tile_stage(causal, q_start, kv_start, BLOCK_M, BLOCK_N, S_q, S_k);
         if (stage == TILE_FUTURE) continue;
@@ -104,7 +105,7 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_
             float s = 0.0f, dp = 0.0f;
 #pragma unroll
             for (int u = 0; u < DIMS_PER_THREAD; u++) {
-                const int d = RowSplit<D>::dim(part, u);
+                const int d = BackwardRowSplit<D>::dim(part, u);
                 s = fmaf(sh.q[r][d], k_j[u], s);   // S_ij * LOG2E, summed as the forward summed it
                 dp += sh.dout[r][d] * v_j[u];  // dP_ij = dO_i . V_j
             }
@@ -117,7 +118,7 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_
             const float ds = p * (dp - sh.delta[r]);   // dS_ij = P_ij (dP_ij - Delta_i)
 #pragma unroll
             for (int u = 0; u < DIMS_PER_THREAD; u++) {
-                const int d = RowSplit<D>::dim(part, u);
+                const int d = BackwardRowSplit<D>::dim(part, u);
                 dv_j[u] += p * sh.dout[r][d];   // dV_j += P_ij dO_i
                 dk_j[u] += ds * sh.q[r][d];     // dK_j += dS_ij Q_i  (in units of qk_scale Q_i, see below)
             }
@@ -136,12 +137,13 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_
                 for (int cc = 0; cc < keys; cc++) {
                     const float ds = sh.ds[r][cc];
 #pragma unroll
-                    for (int u = 0; u < DIMS_PER_THREAD; u++) acc[u] += ds * sh.k[cc][RowSplit<D>::dim(part, u)];
+                    for (int u = 0; u < DIMS_PER_THREAD; u++)
+                        acc[u] += ds * sh.k[cc][BackwardRowSplit<D>::dim(part, u)];
                 }
                 float *dq_row = dq_head + (q_start + r) * t.dq_strides.s;
 #pragma unroll
                 for (int u = 0; u < DIMS_PER_THREAD; u++)
-                    atomicAdd(&dq_row[RowSplit<D>::dim(part, u) * t.dq_strides.d], scale * acc[u]);
+                    atomicAdd(&dq_row[BackwardRowSplit<D>::dim(part, u) * t.dq_strides.d], scale * acc[u]);
             }
         }
     }
@@ -153,7 +155,7 @@ backward_dkdv_kernel(backward_tensors t, int64_t H, int64_t bh_first, int64_t S_
         float *dv_row = t.dv + b * t.dv_strides.b + h * t.dv_strides.h + j * t.dv_strides.s;
 #pragma unroll
         for (int u = 0; u < DIMS_PER_THREAD; u++) {
-            const int d = RowSplit<D>::dim(part, u);
+            const int d = BackwardRowSplit<D>::dim(part, u);
             dk_row[d * t.dk_strides.d] = LN2 * dk_j[u];
             dv_row[d * t.dv_strides.d] = dv_j[u];
         }
@@ -167,7 +169,7 @@ static void launch(const fa_shape *shape, const backward_tensors *t) {
     // A kernel that wants more than 48 KiB of dynamic shared memory has to say so first.
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared_bytes));
     const unsigned int kv_tiles = (unsigned int)((shape->Sk + BLOCK_N - 1) / BLOCK_N);
-    const int threads = BLOCK_N * RowSplit<D>::THREADS_PER_ROW;
+    const int threads = BLOCK_N * BackwardRowSplit<D>::THREADS_PER_ROW;
     const int64_t BH = shape->B * shape->H;
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // at most MAX_GRID_Y heads a launch
         kernel<<<dim3(kv_tiles, heads_in_launch(BH, bh_first)), threads, shared_bytes>>>(
@@ -187,7 +189,7 @@ static void launch_for_head_dim(const fa_shape *shape, const backward_tensors *t
     }
 }
 
-// The (BLOCK_M, BLOCK_N) pairs here are exactly backward_cuda_supports_tiles() in backward.h.
+// The (BLOCK_M, BLOCK_N) pairs here are exactly backward_cuda_supports_tiles() in fa_contract.h.
 template <bool ATOMIC_DQ>
 static void launch_for_tiles(const fa_shape *shape, int block_m, int block_n, const backward_tensors *t) {
     if (block_m == 64 && block_n == 64) launch_for_head_dim<64, 64, ATOMIC_DQ>(shape, t);

@@ -8,8 +8,8 @@
 // fixed order, and the result is the same to the last bit on every run, whatever the number of threads. Read it as
 //   diff -u phase3_forward_4d/3_lse_cpu.c phase4_backward/backward_dq_cpu.c
 // CUDA twin: phase4_backward/backward_dq_cuda.cu.
-#include "backward.h"
-#include "forward4d.h"   // causal_tile_stage
+#include "fa_baselines.h"
+#include "fa_contract.h"   // causal_tile_stage
 
 #include "fa_exp2.h"
 #include "fa_tensor.h"
@@ -125,7 +125,7 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
             float *dq_i = w->dq_acc + r * D_pad, *s = w->s, *dp = w->dp, *ds = w->ds;
 
             // 1. Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j, summed as the forward sums
-            //    them (four parts, dim d in part d % 4, added in pairs: forward4d.h, CPU_SCORE_PARTS); and
+            //    them (four parts, dim d in part d % 4, added in pairs: fa_contract.h, CPU_SCORE_PARTS); and
             //    dp[j] = dO_i . V_j in one sum. The tiles are zero past D, so no loop needs a remainder.
             for (int j0 = 0; j0 < N_pad; j0 += VEC) {
                 float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};

@@ -2,26 +2,27 @@
 //   the forward (phase 3 step 3) with the backward's loop body: dQ_i = scale * sum_j dS_ij K_j.
 // Run: build/bin/phase4_backward --impl cuda --dq deterministic
 //
-// The mapping: one thread per query row i (THREADS_PER_ROW threads when D > 16, backward_cuda.cuh), with Q_i, dO_i,
+// The mapping: one thread per query row i (THREADS_PER_ROW threads when D > 16, fa_row_split.cuh), with Q_i, dO_i,
 // the accumulator dQ_i, LSE_i and Delta_i in registers; the K/V tiles pass through shared memory one after the other:
 //   s = (qk_scale Q_i) . K_j,  p = exp2(s - LSE_i * LOG2E),  dp = dO_i . V_j,  ds = p (dp - Delta_i),  dQ_i += ds K_j
 // Every dQ_i is summed by one thread in a fixed order, so two runs give the same bits. Read it as
 //   diff -u phase3_forward_4d/3_lse_cuda.cu phase4_backward/backward_dq_cuda.cu
 // CPU twin: phase4_backward/backward_dq_cpu.c.
-#include "backward.h"
-#include "backward_cuda.cuh"
+#include "fa_baselines.h"
+#include "fa_row_split.cuh"
 #include "fa_cuda_check.h"
 
 #include <math.h>
 
-// grid: (number of Q tiles, heads of this launch: forward4d.h), block: BLOCK_M * THREADS_PER_ROW threads.
+// grid: (number of Q tiles, heads of this launch: fa_contract.h), block: BLOCK_M * THREADS_PER_ROW threads.
 // q, do, dq: [B, H, S_q, D]; k, v: [B, H, S_k, D], strided (d: 1 for k and v); lse, delta: [B, H, S_q], contiguous.
 // Shared memory: the K tile and the V tile, [BLOCK_N, D].
 template <int D, int BLOCK_M, int BLOCK_N>
-__global__ void __launch_bounds__(BLOCK_M * RowSplit<D>::THREADS_PER_ROW,
-                                  min_blocks_per_sm(BLOCK_M * RowSplit<D>::THREADS_PER_ROW))
+__global__ void __launch_bounds__(BLOCK_M * BackwardRowSplit<D>::THREADS_PER_ROW,
+                                  min_blocks_per_sm(BLOCK_M * BackwardRowSplit<D>::THREADS_PER_ROW))
 backward_dq_kernel(const backward_tensors t, const fa_shape shape, int64_t bh_first, float qk_scale) {
-    constexpr int THREADS_PER_ROW = RowSplit<D>::THREADS_PER_ROW, DIMS_PER_THREAD = RowSplit<D>::DIMS_PER_THREAD;
+    constexpr int THREADS_PER_ROW = BackwardRowSplit<D>::THREADS_PER_ROW;
+    constexpr int DIMS_PER_THREAD = BackwardRowSplit<D>::DIMS_PER_THREAD;
     constexpr int THREADS = BLOCK_M * THREADS_PER_ROW;
     constexpr int ROW_FLOAT4 = D / 4;                        // float4s in one row of K or V
     constexpr int TILE_FLOAT4 = BLOCK_N * ROW_FLOAT4;        // float4s in one K (or V) tile
@@ -54,7 +55,7 @@ backward_dq_kernel(const backward_tensors t, const fa_shape shape, int64_t bh_fi
     float q_i[DIMS_PER_THREAD], do_i[DIMS_PER_THREAD], dq_i[DIMS_PER_THREAD];
 #pragma unroll
     for (int u = 0; u < DIMS_PER_THREAD; u++) {
-        const int d = RowSplit<D>::dim(part, u);
+        const int d = BackwardRowSplit<D>::dim(part, u);
         q_i[u] = row_exists ? q[i * t.q_strides.s + d * t.q_strides.d] * qk_scale : 0.0f;
         do_i[u] = row_exists ? dout[i * t.do_strides.s + d * t.do_strides.d] : 0.0f;
         dq_i[u] = 0.0f;
@@ -97,7 +98,7 @@ backward_dq_kernel(const backward_tensors t, const fa_shape shape, int64_t bh_fi
             float s = 0.0f, dp = 0.0f;
 #pragma unroll
             for (int u = 0; u < DIMS_PER_THREAD; u++) {
-                const int d = RowSplit<D>::dim(part, u);
+                const int d = BackwardRowSplit<D>::dim(part, u);
                 s = fmaf(q_i[u], k_tile_f[j * D + d], s);   // S_ij * LOG2E, summed as the forward summed it
                 dp += do_i[u] * v_tile_f[j * D + d];
             }
@@ -108,7 +109,8 @@ backward_dq_kernel(const backward_tensors t, const fa_shape shape, int64_t bh_fi
             const float p = visible ? exp2f((s - lse2_hi) - lse2_lo) : 0.0f;
             const float ds = p * (dp - delta_i);
 #pragma unroll
-            for (int u = 0; u < DIMS_PER_THREAD; u++) dq_i[u] += ds * k_tile_f[j * D + RowSplit<D>::dim(part, u)];
+            for (int u = 0; u < DIMS_PER_THREAD; u++)
+                dq_i[u] += ds * k_tile_f[j * D + BackwardRowSplit<D>::dim(part, u)];
         }
     }
 
@@ -116,7 +118,7 @@ backward_dq_kernel(const backward_tensors t, const fa_shape shape, int64_t bh_fi
     if (!row_exists) return;
 #pragma unroll
     for (int u = 0; u < DIMS_PER_THREAD; u++)
-        dq[i * t.dq_strides.s + RowSplit<D>::dim(part, u) * t.dq_strides.d] = shape.scale * dq_i[u];
+        dq[i * t.dq_strides.s + BackwardRowSplit<D>::dim(part, u) * t.dq_strides.d] = shape.scale * dq_i[u];
 }
 
 // Launches one instantiation. The two tiles can pass the 48 KiB a kernel gets without asking (D = 128 with
@@ -129,7 +131,7 @@ template <int D, int BLOCK_M, int BLOCK_N> static void launch(const fa_shape *sh
     const float qk_scale = shape->scale * LOG2E;
     const int64_t BH = shape->B * shape->H;
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // at most MAX_GRID_Y heads a launch
-        kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M * RowSplit<D>::THREADS_PER_ROW,
+        kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M * BackwardRowSplit<D>::THREADS_PER_ROW,
                  smem_bytes>>>(*t, *shape, bh_first, qk_scale);
         FA_CUDA_CHECK_LAUNCH();
     }
@@ -145,7 +147,7 @@ template <int D> static void launch_tiles(const fa_shape *shape, int block_m, in
 }
 
 extern "C" void backward_dq_cuda(const fa_shape *shape, int block_m, int block_n, const backward_tensors *t) {
-    check_float4_rows("K", t->k, t->k_strides);   // forward4d.h: the tiles are staged as float4s
+    check_float4_rows("K", t->k, t->k_strides);   // fa_contract.h: the tiles are staged as float4s
     check_float4_rows("V", t->v, t->v_strides);
     switch (shape->D) {
     case 16: launch_tiles<16>(shape, block_m, block_n, t); break;

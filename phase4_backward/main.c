@@ -4,13 +4,11 @@
 // Run: build/bin/phase4_backward                          (class defaults: B=1 H=4 S=512 D=64, CPU and GPU)
 //      build/bin/phase4_backward --S 2048 --causal --dq atomic
 //      build/bin/phase4_backward --impl cpu --threads 2 --B 1 --H 8 --S 1024
-#include "backward.h"
+#include "fa_baselines.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
-#include "naive.h"
-#include "naive_backward.h"
+#include "fa_contract.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +26,7 @@ static const fa_cli_spec SPEC = {
     .cuda_head_dims = CUDA_HEAD_DIMS,
 };
 
-// The forward's CUDA kernels have their own tile list (forward4d.h); where it lacks the backward's tiles, the CUDA
+// The forward's CUDA kernels have their own tile list (fa_contract.h); where it lacks the backward's tiles, the CUDA
 // forward runs with these. The LSE does not depend on the tiles, so the backward is checked all the same.
 #define FORWARD_CUDA_BLOCK_M 64
 #define FORWARD_CUDA_BLOCK_N 64

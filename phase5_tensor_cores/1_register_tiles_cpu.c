@@ -23,7 +23,7 @@
 // with a target attribute, GCC 12 vectorises the clamps of fa_exp2 only when it may assume that comparing floats
 // raises no exception. The results do not change (nothing here reads the floating-point exception flags).
 #include "register_tiles.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include "fa_exp2.h"
 #include "fa_tensor.h"
@@ -221,9 +221,11 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
     }
 }
 
-void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                               const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                               fa_strides o_strides, float *lse) {
+void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t) {
+    const float *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
 #pragma omp parallel
     {

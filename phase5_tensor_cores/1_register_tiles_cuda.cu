@@ -27,14 +27,15 @@
 // (read along a row: consecutive float4s); q_tile and p_tile are read by 8 threads of one ty at the same address
 // (a broadcast).
 #include "fa_cuda_check.h"
-#include "forward4d.h"
+#include "fa_warp.cuh"   // FULL_WARP
+#include "fa_contract.h"
 #include "register_tiles.h"
 
 #include <math.h>
 #include <stdint.h>
 
 // m_i and l_i are in base 2: LSE = LN2 * m_i + ln(l_i) (LOG2E and LN2: common/fa_math.h)
-#define MAX_GRID_X 2147483647LL     // the hardware limit of gridDim.x; gridDim.y's is MAX_GRID_Y (forward4d.h):
+#define MAX_GRID_X 2147483647LL     // the hardware limit of gridDim.x; gridDim.y's is MAX_GRID_Y (fa_contract.h):
                                     // more heads or more Q tiles take more launches
 #define THREADS 256
 #define THREADS_N 16                // threads along a row of S (keys) and of O (dimensions): tx
@@ -197,7 +198,7 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
             for (int c = 0; c < KEYS; c++) m_tile = fmaxf(m_tile, s[r][c]);
 #pragma unroll
             for (int offset = 1; offset < THREADS_N; offset *= 2)
-                m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, offset));
+                m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, offset));
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -258,7 +259,7 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     for (int r = 0; r < ROWS; r++) {
         float l = l_i[r];
 #pragma unroll
-        for (int offset = 1; offset < THREADS_N; offset *= 2) l += __shfl_xor_sync(0xffffffffu, l, offset);
+        for (int offset = 1; offset < THREADS_N; offset *= 2) l += __shfl_xor_sync(FULL_WARP, l, offset);
         const int64_t row = q_start + row0 + r;
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l;
@@ -272,7 +273,7 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     }
 }
 
-// The kernel reads and writes whole rows as float4s: check_float4_rows() (phase3_forward_4d/forward4d.h) checks that
+// The kernel reads and writes whole rows as float4s: check_float4_rows() (common/fa_contract.h) checks that
 // every row starts on 16 bytes, with its D floats next to each other.
 
 // Launches one instantiation. The tiles need more than the 48 KiB a kernel gets without asking (up to 165 KiB at
@@ -321,10 +322,12 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
                REGTILE_CUDA_TILES_TEXT, block_m, block_n);
 }
 
-extern "C" void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
-                                           fa_strides q_strides, const float *k, fa_strides k_strides,
-                                           const float *v, fa_strides v_strides, float *o, fa_strides o_strides,
-                                           float *lse) {
+extern "C" void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n,
+                                           const forward_tensors *t) {
+    const float *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_float4_rows("Q", q, q_strides);
     check_float4_rows("K", k, k_strides);
     check_float4_rows("V", v, v_strides);

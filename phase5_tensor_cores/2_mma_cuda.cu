@@ -13,10 +13,13 @@
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 2 --dtype fp16 --B 4 --H 16 --S 4096 --D 64
 //
 // Needs sm_80 or newer (mma.m16n8k16 with bf16). Thread mapping: block = BLOCK_M / 16 warps; warp w owns query rows
-// q_start + 16w .. q_start + 16w + 15; lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn below.
+// q_start + 16w .. q_start + 16w + 15; lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn below
+// and in common/fa_mma.cuh (the PTX helpers).
 #include "fa_cuda_check.h"
+#include "fa_mma.cuh"    // the PTX helpers: ldmatrix, mma.sync, cp.async, and their fragment layouts
+#include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 #include "tensor_cores.h"
 
 #include <cuda_bf16.h>
@@ -26,82 +29,6 @@
 #include <string.h>
 
 // m_i and l_i are in base 2: LSE = LN2 * m_i + log(l_i), one fmaf (LOG2E and LN2: common/fa_math.h)
-#define WARP_SIZE 32
-#define FULL_MASK 0xffffffffu
-#define WARP_ROWS 16   // query rows per warp: the M of mma.m16n8k16
-#define MMA_N 8        // columns of one mma's output: 8 keys (S = Q K^T) or 8 dimensions (O += P V)
-#define MMA_K 16       // the sum inside one mma: 16 dimensions (S = Q K^T) or 16 keys (O += P V)
-#define CHUNK 8        // halves in 16 bytes: one row of an 8x8 ldmatrix matrix, and one global load
-
-// ---------------------------------------------------------------------------------------------------------------
-// The PTX helpers, one instruction each.
-//
-// An 8x8 matrix of 16-bit elements in registers, the unit of every fragment below: lane 4g + t holds row g,
-// columns 2t and 2t+1, both in one 32-bit register (the lower column in the low 16 bits):
-//
-//            cols 0,1   cols 2,3   cols 4,5   cols 6,7
-//   row 0    lane 0     lane 1     lane 2     lane 3
-//   row 1    lane 4     lane 5     lane 6     lane 7
-//   ...
-//   row 7    lane 28    lane 29    lane 30    lane 31
-
-// ldmatrix.x4: four 8x8 matrices from shared memory, one register per matrix. Every lane passes the address of one
-// matrix row (16 contiguous bytes, 16-byte aligned): lanes 0-7 the rows 0-7 of matrix 0, lanes 8-15 those of
-// matrix 1, lanes 16-23 of matrix 2, lanes 24-31 of matrix 3. r[i] is then the register of matrix i drawn above.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row_address) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-// ldmatrix.x4.trans: the same, each matrix transposed on the way: lane 4g + t receives the elements (2t, g) and
-// (2t + 1, g) of the matrix as stored, i.e. two neighbouring ROWS of column g. That turns V, stored [key][d], into
-// the B operand of P V, which needs two neighbouring keys of one dimension per register.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row_address) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-// mma.m16n8k16: C (16x8, float32) += A (16x16, half, row-major) * B (16x8, half, stored by columns). Per lane:
-//
-//   A: four 8x8 matrices             B: two 8x8 matrices, B^T as drawn   C: two 8x8 halves, one float each
-//            cols 0-7  cols 8-15         (rows of B^T = columns n of B)           cols 0-7
-//   rows 0-7   a[0]     a[2]                     k 0-7    k 8-15           rows 0-7   c[0] (col 2t) c[1] (2t+1)
-//   rows 8-15  a[1]     a[3]              n 0-7   b[0]     b[1]            rows 8-15  c[2] (col 2t) c[3] (2t+1)
-//
-//   so lane 4g + t holds A rows g and g + 8, B column g, and C elements (g, 2t), (g, 2t + 1), (g + 8, 2t),
-//   (g + 8, 2t + 1). The C layout of two neighbouring mmas (16 columns) is exactly the A layout: that is what lets
-//   P go from the first product's accumulators into the second product's A operand without leaving the registers.
-__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
-                                             __nv_bfloat16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Copies rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a [ROWS][D] tile in shared memory, 16
@@ -222,8 +149,8 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
             float m_tile = -INFINITY;
 #pragma unroll
             for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
-            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 1));
-            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_MASK, m_tile, 2));
+            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
+            m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
@@ -240,8 +167,8 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
             }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 1);
-            row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 2);
+            row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 1);
+            row_sum[r] += __shfl_xor_sync(FULL_WARP, row_sum[r], 2);
             l_i[r] = l_i[r] * alpha[r] + row_sum[r];
         }
 #pragma unroll
@@ -308,7 +235,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
     const unsigned int q_tiles = (unsigned int)((shape->Sq + BLOCK_M - 1) / BLOCK_M);
     const float qk_scale = shape->scale * LOG2E;
     const int64_t BH = shape->B * shape->H;
-    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // forward4d.h: the grid limit
+    for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M / WARP_ROWS * WARP_SIZE, smem_bytes>>>(
             static_cast<const T *>(q), q_strides, static_cast<const T *>(k), k_strides, static_cast<const T *>(v),
             v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first, qk_scale, shape->causal);
@@ -344,9 +271,12 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                       fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                       fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
+extern "C" void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                       const tc_forward_tensors *t) {
+    const void *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     check_rows("Q", q, q_strides, 2, 16);
     check_rows("K", k, k_strides, 2, 16);
     check_rows("V", v, v_strides, 2, 16);

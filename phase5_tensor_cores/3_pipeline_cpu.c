@@ -14,7 +14,7 @@
 #include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -183,10 +183,12 @@ static int64_t q_tile_program(const fa_shape *shape, int dtype, int BLOCK_M, int
     return tiles;
 }
 
-void flash_forward_pipeline_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const uint16_t *q,
-                                fa_strides q_strides, const uint16_t *k, fa_strides k_strides, const uint16_t *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse,
-                                int64_t *tiles_visited) {
+void flash_forward_pipeline_cpu(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                const tc_forward_tensors *t, int64_t *tiles_visited) {
+    const uint16_t *q = t->q, *k = t->k, *v = t->v;
+    const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
+    const fa_strides o_strides = t->o_strides;
+    float *o = t->o, *lse = t->lse;
     const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
     int64_t visited = 0;
 #pragma omp parallel

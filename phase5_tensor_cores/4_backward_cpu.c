@@ -19,12 +19,12 @@
 // CUDA twin: phase5_tensor_cores/4_backward_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
-#include "tc_backward.h"
+#include "fa_baselines.h"   // step 4's entry points and tensors
 
 #include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include <stdlib.h>
 

@@ -30,11 +30,13 @@
 //            diff -u phase4_backward/backward_dkdv_cuda.cu phase5_tensor_cores/4_backward_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 4 --dtype fp16 --B 4 --H 16 --S 4096 --D 64 --dq both
 //
-// Needs sm_80 or newer. Lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn below.
+// Needs sm_80 or newer. Lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn below
+// and in common/fa_mma.cuh (the PTX helpers).
 #include "fa_cuda_check.h"
+#include "fa_mma.cuh"    // the PTX helpers: ldmatrix, mma.sync, cp.async, and their fragment layouts
+#include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
-#include "forward4d.h"
-#include "tc_backward.h"
+#include "fa_contract.h"
 #include "tensor_cores.h"
 
 #include <cuda_bf16.h>
@@ -44,75 +46,9 @@
 #include <string.h>
 
 // P = exp(scale s - LSE) = exp2(s * scale * LOG2E - LSE * LOG2E): one FMA, one exp2 (LOG2E: common/fa_math.h)
-#define WARP_SIZE 32
-#define FULL_MASK 0xffffffffu
-#define WARP_ROWS 16   // rows per warp: the M of mma.m16n8k16 (16 keys in the dK/dV pass, 16 queries in the dQ pass)
-#define MMA_N 8        // columns of one mma's output
-#define MMA_K 16       // the sum inside one mma
-#define CHUNK 8        // halves in 16 bytes: one row of an 8x8 ldmatrix matrix, and one global load
 #define WARPS 4        // warps per block in both passes: BLOCK_N = BLOCK_M = 4 x 16
 #define SWIZZLE_ROWS 8 // rows whose chunks the swizzle spreads over the 8 chunk positions of a 128-byte line
 #define THREADS (WARPS * WARP_SIZE)
-
-// ---------------------------------------------------------------------------------------------------------------
-// The PTX helpers, one instruction each, as in step 2 (2_mma_cuda.cu draws the layouts in full).
-//
-// An 8x8 matrix of 16-bit elements in registers: lane 4g + t holds row g, columns 2t and 2t+1, in one register.
-//
-// ldmatrix.x4: four 8x8 matrices from shared memory; lanes 8i .. 8i+7 pass the addresses of the 8 rows (16 bytes
-// each, 16-byte aligned) of matrix i, and r[i] receives matrix i.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row_address) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-// ldmatrix.x4.trans: each matrix transposed on the way: lane 4g + t receives the stored elements (2t, g) and
-// (2t + 1, g), two neighbouring ROWS of column g.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row_address) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-// mma.m16n8k16: C (16x8, float32) += A (16x16, half) * B (16x8, half). Per lane:
-//
-//   A: four 8x8 matrices             B: two 8x8 matrices, B^T as drawn   C: two 8x8 halves, one float each
-//            cols 0-7  cols 8-15         (rows of B^T = columns n of B)           cols 0-7
-//   rows 0-7   a[0]     a[2]                     k 0-7    k 8-15           rows 0-7   c[0] (col 2t) c[1] (2t+1)
-//   rows 8-15  a[1]     a[3]              n 0-7   b[0]     b[1]            rows 8-15  c[2] (col 2t) c[3] (2t+1)
-//
-//   The C layout of two neighbouring mmas (16 columns) is the A layout: an accumulator becomes an A operand in
-//   registers (P^T and dS^T below, as P in the forward).
-__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
-                                             __nv_bfloat16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to the half type (to nearest, ties to even) and packed into one register, lo in the low bits.
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    uint32_t bits;
-    memcpy(&bits, &pair, sizeof bits);
-    return bits;
-}
 
 // Where chunk `chunk` (16 bytes, elements 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves from the start
 // of a tile whose rows are WIDTH halves long: the chunk position is XORed with row % 8, as in step 3
@@ -160,16 +96,6 @@ __device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const ui
         mma_m16n8k16(acc[db + 1], a, b[2], b[3], T());
     }
 }
-
-// cp.async.cg: copies 16 bytes from global to shared memory without passing through registers, asynchronously; with
-// src_bytes = 0 it writes 16 zero bytes and reads nothing (rows past the end of the tensor).
-__device__ __forceinline__ void cp_async_16(void *shared_destination, const void *global_source, int src_bytes) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared_destination);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global_source), "r"(src_bytes));
-}
-// Closes the group of cp.async issued so far by this thread; wait_all then waits until all of its groups have landed.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
@@ -290,7 +216,7 @@ backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, co
     float sum = 0.0f;
     for (int d = lane; d < D; d += WARP_SIZE) sum += (float)do_i[d] * o_i[d];
 #pragma unroll
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_WARP, sum, offset);
     if (lane == 0) delta[bh * S_q + row] = sum;
     if (zero_dq) {
         float *dq_i = dq + b * dq_strides.b + h * dq_strides.h + row * dq_strides.s;
@@ -648,7 +574,7 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
     const unsigned int kv_tiles = (unsigned int)((S_k + BLOCK_N - 1) / BLOCK_N);
     const unsigned int row_blocks = (unsigned int)((S_q + WARPS - 1) / WARPS);
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
-        const unsigned int heads = heads_in_launch(BH, bh_first);   // forward4d.h: the grid limit
+        const unsigned int heads = heads_in_launch(BH, bh_first);   // fa_contract.h: the grid limit
         backward_preprocess_kernel<T, D><<<dim3(row_blocks, heads), THREADS>>>(
             t->o, t->o_strides, dout, t->do_strides, t->delta, t->dq, t->dq_strides, S_q, shape->H, bh_first,
             atomic_dq);

@@ -14,13 +14,9 @@
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
-#include "forward4d.h"
+#include "fa_baselines.h"   // phase 3 step 3 and naive attention with BLAS, the baseline rows
 #include "register_tiles.h"
-#include "tc_backward.h"
 #include "tensor_cores.h"
-#if FA_HAVE_BLAS
-#include "naive_blas.h"
-#endif
 
 #include <limits.h>
 #include <stdio.h>
@@ -55,6 +51,11 @@ typedef struct {
     const void *q_half, *k_half, *v_half;
 } row_args;
 
+// The half inputs of a row, with their strides, as steps 2 and 3 take them.
+static tc_forward_tensors half_forward_tensors(const row_args *a) {
+    return (tc_forward_tensors){a->q_half, a->k_half, a->v_half, a->q_strides, a->kv_strides, a->kv_strides, a->o,
+                                a->q_strides, a->lse};
+}
 static void run_lse_cpu(void *p) {
     const row_args *a = p;
     const forward_tensors t = {a->q, a->k, a->v, a->q_strides, a->kv_strides, a->kv_strides, a->o, a->q_strides,
@@ -63,18 +64,19 @@ static void run_lse_cpu(void *p) {
 }
 static void run_regtile_cpu(void *p) {
     const row_args *a = p;
-    flash_forward_regtile_cpu(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
-                              a->kv_strides, a->o, a->q_strides, a->lse);
+    const forward_tensors t = {a->q, a->k, a->v, a->q_strides, a->kv_strides, a->kv_strides, a->o, a->q_strides,
+                               a->lse, NULL};
+    flash_forward_regtile_cpu(a->shape, a->block_m, a->block_n, &t);
 }
 static void run_mma_cpu(void *p) {
     const row_args *a = p;
-    flash_forward_mma_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
-                          a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_mma_cpu(a->shape, a->dtype, a->block_m, a->block_n, &t, NULL);
 }
 static void run_pipeline_cpu(void *p) {
     const row_args *a = p;
-    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
-                               a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse, NULL);
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_pipeline_cpu(a->shape, a->dtype, a->block_m, a->block_n, &t, NULL);
 }
 #if FA_HAVE_BLAS
 static void run_naive_blas_cpu(void *p) {
@@ -91,8 +93,9 @@ static void run_lse_cuda(void *p) {
 }
 static void run_regtile_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_regtile_cuda(a->shape, a->block_m, a->block_n, a->q, a->q_strides, a->k, a->kv_strides, a->v,
-                               a->kv_strides, a->o, a->q_strides, a->lse);
+    const forward_tensors t = {a->q, a->k, a->v, a->q_strides, a->kv_strides, a->kv_strides, a->o, a->q_strides,
+                               a->lse, NULL};
+    flash_forward_regtile_cuda(a->shape, a->block_m, a->block_n, &t);
 }
 #else
 #define run_lse_cuda NULL
@@ -101,13 +104,13 @@ static void run_regtile_cuda(void *p) {
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
 static void run_mma_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_mma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
-                           a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse);
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_mma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
 }
 static void run_pipeline_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->q_half, a->q_strides, a->k_half,
-                                a->kv_strides, a->v_half, a->kv_strides, a->o, a->q_strides, a->lse);
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_pipeline_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
 }
 #else
 #define run_mma_cuda NULL        // no architecture of this build is sm_80 or newer (phase5_tensor_cores/CMakeLists.txt)
@@ -360,8 +363,8 @@ int main(int argc, char **argv) {
         if (backward) {
             // The forward the backward differentiates: step 3's O and LSE (its own row, if run, checked them).
             fa_set_threads(opt.threads);
-            flash_forward_pipeline_cpu(&opt.shape, opt.dtype, opt.block_m, opt.block_n, half.q, q_strides, half.k,
-                                       kv_strides, half.v, kv_strides, o, q_strides, lse, NULL);
+            const tc_forward_tensors f = {half.q, half.k, half.v, q_strides, kv_strides, kv_strides, o, q_strides, lse};
+            flash_forward_pipeline_cpu(&opt.shape, opt.dtype, opt.block_m, opt.block_n, &f, NULL);
             const tc_backward_tensors t =
                 contiguous_backward(&opt.shape, half.q, half.k, half.v, half.dout, o, lse, delta, host);
             const fa_grads no_device = {NULL, NULL, NULL};
@@ -386,8 +389,9 @@ int main(int argc, char **argv) {
             // Step 3's forward first, at the tiles its kernels have; the backward's kernels have 64x64 only.
             const int fwd_m = tc_cuda_supports_tiles(opt.block_m, opt.block_n) ? opt.block_m : 128;
             const int fwd_n = tc_cuda_supports_tiles(opt.block_m, opt.block_n) ? opt.block_n : 64;
-            flash_forward_pipeline_cuda(&opt.shape, opt.dtype, fwd_m, fwd_n, dev_half.q, q_strides, dev_half.k,
-                                        kv_strides, dev_half.v, kv_strides, o_dev, q_strides, lse_dev);
+            const tc_forward_tensors f = {dev_half.q, dev_half.k, dev_half.v, q_strides, kv_strides, kv_strides,
+                                          o_dev, q_strides, lse_dev};
+            flash_forward_pipeline_cuda(&opt.shape, opt.dtype, fwd_m, fwd_n, &f);
             if (!tc_backward_cuda_supports_tiles(opt.block_m, opt.block_n))
                 fa_report_add_note(&report, "step 4 cuda ran with %s tiles, the only ones its kernels have "
                                    "(--block-m %d --block-n %d set the CPU's and the forward's)",

@@ -2,26 +2,23 @@
 // register tiles: a group of threads computes a tile of S together, each thread (each SIMD micro-kernel on the CPU)
 // a small block of scores held in registers, as a blocked SGEMM does.
 //
-// The tensors are those of flash_forward_lse_cpu / _cuda (forward_tensors in phase3_forward_4d/forward4d.h), passed
-// one by one: Q, K, V, O with their strides (fa_strides, in elements); LSE natural-log, contiguous
+// The tensors are those of flash_forward_lse_cpu / _cuda, in the same struct (forward_tensors in
+// common/fa_contract.h; lse_residual is not written): Q, K, V, O with their strides (fa_strides, in elements); LSE natural-log, contiguous
 // [B, H, Sq]; causal pruning with causal_tile_stage(). The CPU takes any D, any strides and any tile size. The CUDA
 // kernel takes D in {16, 32, 64, 128}, the tiles below, and rows of 16-byte-aligned contiguous floats (stride d = 1,
 // the other strides multiples of 4), and exits 2 with one line otherwise.
 #ifndef REGISTER_TILES_H
 #define REGISTER_TILES_H
 
+#include "fa_contract.h"  // forward_tensors
 #include "fa_shape.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const float *q, fa_strides q_strides,
-                               const float *k, fa_strides k_strides, const float *v, fa_strides v_strides, float *o,
-                               fa_strides o_strides, float *lse);
-void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n, const float *q,
-                                fa_strides q_strides, const float *k, fa_strides k_strides, const float *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
+void flash_forward_regtile_cuda(const fa_shape *shape, int block_m, int block_n, const forward_tensors *t);
 
 // Bytes of working memory one CPU thread needs (its tiles); the driver reports threads * this.
 int64_t flash_forward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n);

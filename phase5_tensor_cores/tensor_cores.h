@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fa_baselines.h"   // tc_forward_tensors, step 3 and what the CUDA kernels take
 #include "fa_shape.h"
 
 #ifdef __cplusplus
@@ -28,47 +29,17 @@ extern "C" {
 #endif
 
 // --- Step 2: mma.sync and ldmatrix. tiles_visited may be NULL, else receives the (Q tile, K tile) pairs processed.
-void flash_forward_mma_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const uint16_t *q,
-                           fa_strides q_strides, const uint16_t *k, fa_strides k_strides, const uint16_t *v,
-                           fa_strides v_strides, float *o, fa_strides o_strides, float *lse, int64_t *tiles_visited);
-void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                            fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                            fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
-
-// --- Step 3: swizzle, cp.async pipeline, exp2 with the scale folded in. -------------------------------------------
-void flash_forward_pipeline_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const uint16_t *q,
-                                fa_strides q_strides, const uint16_t *k, fa_strides k_strides, const uint16_t *v,
-                                fa_strides v_strides, float *o, fa_strides o_strides, float *lse,
-                                int64_t *tiles_visited);
-void flash_forward_pipeline_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const void *q,
-                                 fa_strides q_strides, const void *k, fa_strides k_strides, const void *v,
-                                 fa_strides v_strides, float *o, fa_strides o_strides, float *lse);
+void flash_forward_mma_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_forward_tensors *t,
+                           int64_t *tiles_visited);
+void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_forward_tensors *t);
 
 // Bytes of working memory one CPU thread needs (its tiles); one copy per step file, like phase 3.
 int64_t flash_forward_mma_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
-int64_t flash_forward_pipeline_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
-// What the CUDA kernels are compiled for (each D, tile and dtype is one instantiation per GPU architecture).
-#define TC_CUDA_TILES_TEXT "64x64 or 128x64"
-// BLOCK_M = 16 rows per warp times 4 or 8 warps; BLOCK_N = 64 keys. 128x64 is the default (the driver's); which of
-// the two is faster at which D, and whether another BLOCK_N would be, is for a measurement on an H100 to say.
-static inline int tc_cuda_supports_tiles(int block_m, int block_n) {
-    return (block_m == 64 || block_m == 128) && block_n == 64;
-}
-
-static inline int tc_cuda_supports_head_dim(int64_t D) { return D == 64 || D == 128; }
-// Shared memory per block: the Q tile and the K and V tiles (step 3: two of each), halves.
+// Shared memory per block of step 2: the Q tile and the K and V tiles, halves.
 static inline int64_t flash_forward_mma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     return ((int64_t)block_m + 2 * (int64_t)block_n) * D * 2;
 }
-static inline int64_t flash_forward_pipeline_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
-    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2;
-}
-
-// 0 when the GPU can run steps 2 and 3 (compute capability 8.0 or newer, and the kernels were built for it);
-// otherwise -1 and one line in why. Only in a CUDA build with TC_HAVE_MMA_CUDA (CMake leaves the kernels out when
-// no architecture of the build is sm_80 or newer).
-int tc_cuda_check_device(char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

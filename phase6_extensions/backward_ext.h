@@ -11,7 +11,7 @@
 #ifndef BACKWARD_EXT_H
 #define BACKWARD_EXT_H
 
-#include "backward.h"
+#include "fa_baselines.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -27,7 +27,7 @@
 
 #include <float.h>
 
-#include "forward4d.h"
+#include "fa_contract.h"
 #include "philox.h"
 
 #ifdef __cplusplus

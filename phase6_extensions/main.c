@@ -219,22 +219,23 @@ static void check_ext_flags(const fa_options *opt, ext_flags *f) {
                (long long)f->e.window_left, (long long)f->e.window_right);
     if (s->causal) f->e.window_right = 0;   // causal is the window (LEFT, 0): the window kernel needs no other flag
     f->e.dropout_seed = opt->seed;         // the mask is drawn from the run's seed, as the inputs are
-    if (opt->save_dir || opt->load_dir)
-        fa_die("phase 6 makes its inputs from --seed only: --save-dir and --load-dir are not supported here");
+    if (f->n_seqs && (opt->save_dir || opt->load_dir))
+        fa_die("--seqlens with --%s: a varlen batch is packed [total, H, D], which the .npy files of --save-dir and "
+               "--load-dir ([B, H, S, D]) do not hold", opt->save_dir ? "save-dir" : "load-dir");
 }
 
-// --- The rows: one per kernel. ----------------------------------------------------------------------------------
+// --- The rows: one table (ROWS, below), one entry per kernel: its label, whether it is a backward, and what runs
+// it on the CPU and on the GPU. The enum names the table's entries, in the order the report prints them.
 enum {
     ROW_PHASE3, ROW_GQA, ROW_WINDOW, ROW_SOFTCAP, ROW_ALIGN, ROW_SPLITKV, ROW_VARLEN, ROW_SOFTCAP_BACKWARD,
     ROW_GQA_BACKWARD, ROW_WINDOW_BACKWARD, ROW_DROPOUT, ROW_DROPOUT_BACKWARD, N_ROW_KINDS
 };
-static const char *const ROW_LABELS[N_ROW_KINDS] = {"phase 3 step 3", "gqa", "window", "softcap", "align",
-                                                    "split-kv", "varlen", "softcap backward", "gqa backward",
-                                                    "window backward", "dropout", "dropout backward"};
-static int is_backward_row(int kind) {
-    return kind == ROW_SOFTCAP_BACKWARD || kind == ROW_GQA_BACKWARD || kind == ROW_WINDOW_BACKWARD ||
-           kind == ROW_DROPOUT_BACKWARD;
-}
+
+// The forward rows' tensors, the same on both devices: without the LSE residual, with it (the rows a backward
+// follows), and packed (varlen).
+typedef struct {
+    forward_tensors plain, with_residual, packed;
+} row_tensors;
 
 typedef struct {
     int kind;
@@ -246,14 +247,15 @@ typedef struct {
     const int64_t *cu_seqlens, *cu_q_tiles;   // varlen (host or device)
     int64_t n_q_tiles;                        // varlen: cu_q_tiles[B]
     float *lse_residual;                      // --backward: the forward's, for the backward
-    backward_tensors *bwd;                    // --backward: the backward's tensors (phase4_backward/backward.h)
+    backward_tensors *bwd;                    // --backward: the backward's tensors (common/fa_contract.h)
     int64_t tiles_visited;   // CPU tile kernels: (Q tile, K tile) pairs processed
+    row_tensors tensors;     // the forward rows' tensors (row_tensors_of)
 } row_args;
 
 // The packed [total, H, D] layout of a varlen run, as strides (stride b unused: sequences start at cu_seqlens).
 static fa_strides packed_strides(const fa_shape *s) { return (fa_strides){0, s->D, s->H * s->D, 1}; }
 
-// The tensors of a forward row, with their strides (phase3_forward_4d/forward4d.h): Q and O with q_strides, K and V
+// The tensors of a forward row, with their strides (common/fa_contract.h): Q and O with q_strides, K and V
 // with k_strides; lse_residual NULL where the row does not keep it.
 static forward_tensors forward_args(const row_args *a, fa_strides q_strides, fa_strides k_strides,
                                     float *lse_residual) {
@@ -262,11 +264,6 @@ static forward_tensors forward_args(const row_args *a, fa_strides q_strides, fa_
                              .lse_residual = lse_residual};
 }
 
-// The forward rows' tensors, the same on both devices: without the LSE residual, with it (the rows a backward
-// follows), and packed (varlen).
-typedef struct {
-    forward_tensors plain, with_residual, packed;
-} row_tensors;
 static row_tensors row_tensors_of(const row_args *a) {
     const fa_shape *s = a->shape;
     const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(a->e->H_kv, s->Sk, s->D);
@@ -274,109 +271,136 @@ static row_tensors row_tensors_of(const row_args *a) {
                          forward_args(a, packed_strides(s), packed_strides(s), NULL)};
 }
 
-static void run_cpu(void *p) {
-    row_args *a = p;
-    const fa_shape *s = a->shape;
-    const ext_options *e = a->e;
-    const int bm = a->block_m, bn = a->block_n;
-    const row_tensors rt = row_tensors_of(a);
-    switch (a->kind) {
-    case ROW_PHASE3:
-        flash_forward_lse_cpu(s, bm, bn, &rt.plain, &a->tiles_visited);
-        break;
-    case ROW_GQA:
-        flash_forward_gqa_cpu(s, e->H_kv, bm, bn, &rt.with_residual, &a->tiles_visited);
-        break;
-    case ROW_GQA_BACKWARD:
-        backward_preprocess_cpu(s, a->bwd, 0);
-        backward_dkdv_gqa_cpu(s, e->H_kv, bm, bn, a->bwd, 0);
-        backward_dq_gqa_cpu(s, e->H_kv, bm, bn, a->bwd);
-        break;
-    case ROW_WINDOW:
-        flash_forward_window_cpu(s, e->window_left, e->window_right, bm, bn, &rt.with_residual, &a->tiles_visited);
-        break;
-    case ROW_WINDOW_BACKWARD:
-        backward_preprocess_cpu(s, a->bwd, 0);
-        backward_dkdv_window_cpu(s, e->window_left, e->window_right, bm, bn, a->bwd, 0);
-        backward_dq_window_cpu(s, e->window_left, e->window_right, bm, bn, a->bwd);
-        break;
-    case ROW_SOFTCAP:
-        flash_forward_softcap_cpu(s, e->softcap, bm, bn, &rt.with_residual, &a->tiles_visited);
-        break;
-    case ROW_SOFTCAP_BACKWARD:   // phase 4's plan: Delta, then dK and dV, then dQ (deterministic)
-        backward_preprocess_cpu(s, a->bwd, 0);
-        backward_dkdv_softcap_cpu(s, e->softcap, bm, bn, a->bwd, 0);
-        backward_dq_softcap_cpu(s, e->softcap, bm, bn, a->bwd);
-        break;
-    case ROW_DROPOUT:
-        flash_forward_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, &rt.with_residual, &a->tiles_visited);
-        break;
-    case ROW_DROPOUT_BACKWARD:
-        backward_preprocess_cpu(s, a->bwd, 0);
-        backward_dkdv_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd, 0);
-        backward_dq_dropout_cpu(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd);
-        break;
-    case ROW_ALIGN:
-        flash_forward_align_cpu(s, e->bottom_right, bm, bn, &rt.plain, &a->tiles_visited);
-        break;
-    case ROW_VARLEN:
-        flash_forward_varlen_cpu(s, a->cu_seqlens, a->cu_q_tiles, bm, bn, &rt.packed, &a->tiles_visited);
-        break;
-    default: flash_decode_splitkv_cpu(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
-    }
+// What runs each row, on each device: the kernel's entry point with the row's tensors and the feature's parameters.
+// A backward row runs phase 4's plan: Delta, then dK and dV, then dQ (deterministic; no atomic variant here).
+static void phase3_cpu(row_args *a) {
+    flash_forward_lse_cpu(a->shape, a->block_m, a->block_n, &a->tensors.plain, &a->tiles_visited);
+}
+static void gqa_cpu(row_args *a) {
+    flash_forward_gqa_cpu(a->shape, a->e->H_kv, a->block_m, a->block_n, &a->tensors.with_residual,
+                          &a->tiles_visited);
+}
+static void gqa_backward_cpu(row_args *a) {
+    backward_preprocess_cpu(a->shape, a->bwd, 0);
+    backward_dkdv_gqa_cpu(a->shape, a->e->H_kv, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_gqa_cpu(a->shape, a->e->H_kv, a->block_m, a->block_n, a->bwd);
+}
+static void window_cpu(row_args *a) {
+    flash_forward_window_cpu(a->shape, a->e->window_left, a->e->window_right, a->block_m, a->block_n,
+                             &a->tensors.with_residual, &a->tiles_visited);
+}
+static void window_backward_cpu(row_args *a) {
+    backward_preprocess_cpu(a->shape, a->bwd, 0);
+    backward_dkdv_window_cpu(a->shape, a->e->window_left, a->e->window_right, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_window_cpu(a->shape, a->e->window_left, a->e->window_right, a->block_m, a->block_n, a->bwd);
+}
+static void softcap_cpu(row_args *a) {
+    flash_forward_softcap_cpu(a->shape, a->e->softcap, a->block_m, a->block_n, &a->tensors.with_residual,
+                              &a->tiles_visited);
+}
+static void softcap_backward_cpu(row_args *a) {
+    backward_preprocess_cpu(a->shape, a->bwd, 0);
+    backward_dkdv_softcap_cpu(a->shape, a->e->softcap, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_softcap_cpu(a->shape, a->e->softcap, a->block_m, a->block_n, a->bwd);
+}
+static void dropout_cpu(row_args *a) {
+    flash_forward_dropout_cpu(a->shape, a->e->dropout_p, a->e->dropout_seed, a->block_m, a->block_n,
+                              &a->tensors.with_residual, &a->tiles_visited);
+}
+static void dropout_backward_cpu(row_args *a) {
+    backward_preprocess_cpu(a->shape, a->bwd, 0);
+    backward_dkdv_dropout_cpu(a->shape, a->e->dropout_p, a->e->dropout_seed, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_dropout_cpu(a->shape, a->e->dropout_p, a->e->dropout_seed, a->block_m, a->block_n, a->bwd);
+}
+static void align_cpu(row_args *a) {
+    flash_forward_align_cpu(a->shape, a->e->bottom_right, a->block_m, a->block_n, &a->tensors.plain,
+                            &a->tiles_visited);
+}
+static void varlen_cpu(row_args *a) {
+    flash_forward_varlen_cpu(a->shape, a->cu_seqlens, a->cu_q_tiles, a->block_m, a->block_n,
+                             &a->tensors.packed, &a->tiles_visited);
+}
+static void splitkv_cpu(row_args *a) {
+    flash_decode_splitkv_cpu(a->shape, a->e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
 }
 
 #if FA_HAVE_CUDA
-static void run_cuda(void *p) {
-    row_args *a = p;
-    const fa_shape *s = a->shape;
-    const ext_options *e = a->e;
-    const int bm = a->block_m, bn = a->block_n;
-    const row_tensors rt = row_tensors_of(a);
-    switch (a->kind) {
-    case ROW_PHASE3: flash_forward_lse_cuda(s, bm, bn, &rt.plain); break;
-    case ROW_GQA:
-        flash_forward_gqa_cuda(s, e->H_kv, bm, bn, &rt.with_residual);
-        break;
-    case ROW_GQA_BACKWARD:
-        backward_preprocess_cuda(s, a->bwd, 0);
-        backward_dkdv_gqa_cuda(s, e->H_kv, bm, bn, a->bwd, 0);
-        backward_dq_gqa_cuda(s, e->H_kv, bm, bn, a->bwd);
-        break;
-    case ROW_WINDOW:
-        flash_forward_window_cuda(s, e->window_left, e->window_right, bm, bn, &rt.with_residual);
-        break;
-    case ROW_WINDOW_BACKWARD:
-        backward_preprocess_cuda(s, a->bwd, 0);
-        backward_dkdv_window_cuda(s, e->window_left, e->window_right, bm, bn, a->bwd, 0);
-        backward_dq_window_cuda(s, e->window_left, e->window_right, bm, bn, a->bwd);
-        break;
-    case ROW_SOFTCAP:
-        flash_forward_softcap_cuda(s, e->softcap, bm, bn, &rt.with_residual);
-        break;
-    case ROW_SOFTCAP_BACKWARD:
-        backward_preprocess_cuda(s, a->bwd, 0);
-        backward_dkdv_softcap_cuda(s, e->softcap, bm, bn, a->bwd, 0);
-        backward_dq_softcap_cuda(s, e->softcap, bm, bn, a->bwd);
-        break;
-    case ROW_DROPOUT:
-        flash_forward_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, &rt.with_residual);
-        break;
-    case ROW_DROPOUT_BACKWARD:
-        backward_preprocess_cuda(s, a->bwd, 0);
-        backward_dkdv_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd, 0);
-        backward_dq_dropout_cuda(s, e->dropout_p, e->dropout_seed, bm, bn, a->bwd);
-        break;
-    case ROW_ALIGN:
-        flash_forward_align_cuda(s, e->bottom_right, bm, bn, &rt.plain);
-        break;
-    case ROW_VARLEN:
-        flash_forward_varlen_cuda(s, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, bm, bn, &rt.packed);
-        break;
-    default: flash_decode_splitkv_cuda(s, e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
-    }
+static void phase3_cuda(row_args *a) {
+    flash_forward_lse_cuda(a->shape, a->block_m, a->block_n, &a->tensors.plain);
 }
+static void gqa_cuda(row_args *a) {
+    flash_forward_gqa_cuda(a->shape, a->e->H_kv, a->block_m, a->block_n, &a->tensors.with_residual);
+}
+static void gqa_backward_cuda(row_args *a) {
+    backward_preprocess_cuda(a->shape, a->bwd, 0);
+    backward_dkdv_gqa_cuda(a->shape, a->e->H_kv, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_gqa_cuda(a->shape, a->e->H_kv, a->block_m, a->block_n, a->bwd);
+}
+static void window_cuda(row_args *a) {
+    flash_forward_window_cuda(a->shape, a->e->window_left, a->e->window_right, a->block_m, a->block_n,
+                              &a->tensors.with_residual);
+}
+static void window_backward_cuda(row_args *a) {
+    backward_preprocess_cuda(a->shape, a->bwd, 0);
+    backward_dkdv_window_cuda(a->shape, a->e->window_left, a->e->window_right, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_window_cuda(a->shape, a->e->window_left, a->e->window_right, a->block_m, a->block_n, a->bwd);
+}
+static void softcap_cuda(row_args *a) {
+    flash_forward_softcap_cuda(a->shape, a->e->softcap, a->block_m, a->block_n, &a->tensors.with_residual);
+}
+static void softcap_backward_cuda(row_args *a) {
+    backward_preprocess_cuda(a->shape, a->bwd, 0);
+    backward_dkdv_softcap_cuda(a->shape, a->e->softcap, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_softcap_cuda(a->shape, a->e->softcap, a->block_m, a->block_n, a->bwd);
+}
+static void dropout_cuda(row_args *a) {
+    flash_forward_dropout_cuda(a->shape, a->e->dropout_p, a->e->dropout_seed, a->block_m, a->block_n,
+                               &a->tensors.with_residual);
+}
+static void dropout_backward_cuda(row_args *a) {
+    backward_preprocess_cuda(a->shape, a->bwd, 0);
+    backward_dkdv_dropout_cuda(a->shape, a->e->dropout_p, a->e->dropout_seed, a->block_m, a->block_n, a->bwd, 0);
+    backward_dq_dropout_cuda(a->shape, a->e->dropout_p, a->e->dropout_seed, a->block_m, a->block_n, a->bwd);
+}
+static void align_cuda(row_args *a) {
+    flash_forward_align_cuda(a->shape, a->e->bottom_right, a->block_m, a->block_n, &a->tensors.plain);
+}
+static void varlen_cuda(row_args *a) {
+    flash_forward_varlen_cuda(a->shape, a->cu_seqlens, a->cu_q_tiles, a->n_q_tiles, a->block_m, a->block_n,
+                              &a->tensors.packed);
+}
+static void splitkv_cuda(row_args *a) {
+    flash_decode_splitkv_cuda(a->shape, a->e->bottom_right, a->q, a->k, a->v, a->o, a->lse, a->partials);
+}
+#define GPU_ROW(fn) fn
+#else
+#define GPU_ROW(fn) NULL   // a build without CUDA has no GPU rows
 #endif
+
+typedef struct {
+    const char *label;
+    int backward;                  // a backward row: the same feature's forward runs before it and makes O and LSE
+    void (*cpu)(row_args *a), (*cuda)(row_args *a);
+} row_kind;
+
+static const row_kind ROWS[N_ROW_KINDS] = {
+    [ROW_PHASE3] = {"phase 3 step 3", 0, phase3_cpu, GPU_ROW(phase3_cuda)},
+    [ROW_GQA] = {"gqa", 0, gqa_cpu, GPU_ROW(gqa_cuda)},
+    [ROW_WINDOW] = {"window", 0, window_cpu, GPU_ROW(window_cuda)},
+    [ROW_SOFTCAP] = {"softcap", 0, softcap_cpu, GPU_ROW(softcap_cuda)},
+    [ROW_ALIGN] = {"align", 0, align_cpu, GPU_ROW(align_cuda)},
+    [ROW_SPLITKV] = {"split-kv", 0, splitkv_cpu, GPU_ROW(splitkv_cuda)},
+    [ROW_VARLEN] = {"varlen", 0, varlen_cpu, GPU_ROW(varlen_cuda)},
+    [ROW_SOFTCAP_BACKWARD] = {"softcap backward", 1, softcap_backward_cpu, GPU_ROW(softcap_backward_cuda)},
+    [ROW_GQA_BACKWARD] = {"gqa backward", 1, gqa_backward_cpu, GPU_ROW(gqa_backward_cuda)},
+    [ROW_WINDOW_BACKWARD] = {"window backward", 1, window_backward_cpu, GPU_ROW(window_backward_cuda)},
+    [ROW_DROPOUT] = {"dropout", 0, dropout_cpu, GPU_ROW(dropout_cuda)},
+    [ROW_DROPOUT_BACKWARD] = {"dropout backward", 1, dropout_backward_cpu, GPU_ROW(dropout_backward_cuda)},
+};
+
+// The harness calls impl.run(ctx): the row's args know their row, and the row's device picks the function.
+static void run_on_cpu(void *p) { row_args *a = p; ROWS[a->kind].cpu(a); }
+static void run_on_gpu(void *p) { row_args *a = p; ROWS[a->kind].cuda(a); }
 
 // Which kernels this run asks for.
 static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW_KINDS]) {
@@ -413,20 +437,38 @@ static void choose_rows(const fa_options *opt, const ext_flags *f, int run[N_ROW
                        (!s->causal || e->bottom_right || s->Sq == s->Sk);
 }
 
-// Inputs from --seed, as fa_make_inputs makes them (the same streams): Q [B, H, Sq, D], K and V [B, H_kv, Sk, D].
-// (Varlen: n_q = n_kv = total * H * D.)
-static void make_inputs(const fa_options *opt, int64_t n_q, int64_t n_kv, int with_dout, fa_inputs *in) {
+// Inputs from --seed, as fa_make_inputs makes them (the same streams), or from --load-dir: Q [B, H, Sq, D], K and V
+// [B, H_kv, Sk, D] (varlen: n_q = n_kv = total * H * D, from --seed only). With --save-dir they are written as
+// q, k, v (and do) .npy files, and command.txt holds the whole command line, the feature's flags included.
+static void make_inputs(const fa_options *opt, int64_t H_kv, int64_t n_q, int64_t n_kv, int with_dout,
+                        fa_inputs *in) {
+    const fa_shape *s = &opt->shape;
+    const int64_t dims_q[4] = {s->B, s->H, s->Sq, s->D}, dims_kv[4] = {s->B, H_kv, s->Sk, s->D};
     memset(in, 0, sizeof *in);
-    if (with_dout) {
-        in->dout = fa_alloc_floats(n_q, "dO");
-        fa_fill_random(in->dout, n_q, opt->seed, FA_STREAM_DO, 1.0f);
+    if (opt->load_dir) {
+        in->q = fa_load_tensor(opt, "q", dims_q);
+        in->k = fa_load_tensor(opt, "k", dims_kv);
+        in->v = fa_load_tensor(opt, "v", dims_kv);
+        if (with_dout) in->dout = fa_load_tensor(opt, "do", dims_q);
+    } else {
+        if (with_dout) {
+            in->dout = fa_alloc_floats(n_q, "dO");
+            fa_fill_random(in->dout, n_q, opt->seed, FA_STREAM_DO, 1.0f);
+        }
+        in->q = fa_alloc_floats(n_q, "Q");
+        in->k = fa_alloc_floats(n_kv, "K");
+        in->v = fa_alloc_floats(n_kv, "V");
+        fa_fill_random(in->q, n_q, opt->seed, FA_STREAM_Q, 1.0f);
+        fa_fill_random(in->k, n_kv, opt->seed, FA_STREAM_K, 1.0f);
+        fa_fill_random(in->v, n_kv, opt->seed, FA_STREAM_V, 1.0f);
     }
-    in->q = fa_alloc_floats(n_q, "Q");
-    in->k = fa_alloc_floats(n_kv, "K");
-    in->v = fa_alloc_floats(n_kv, "V");
-    fa_fill_random(in->q, n_q, opt->seed, FA_STREAM_Q, 1.0f);
-    fa_fill_random(in->k, n_kv, opt->seed, FA_STREAM_K, 1.0f);
-    fa_fill_random(in->v, n_kv, opt->seed, FA_STREAM_V, 1.0f);
+    if (opt->save_dir) {
+        fa_save_command(opt);
+        fa_save_tensor(opt, "q", in->q, dims_q);
+        fa_save_tensor(opt, "k", in->k, dims_kv);
+        fa_save_tensor(opt, "v", in->v, dims_kv);
+        if (in->dout) fa_save_tensor(opt, "do", in->dout, dims_q);
+    }
 }
 
 // The phase-6 oracle on the heads --check-heads (or the time budget) selects, and the scales and tolerance of the
@@ -552,17 +594,14 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
                      .q = dev->q, .k = dev->k, .v = dev->v, .o = dev->o, .lse = dev->lse,
                      .partials = dev->partials, .cu_seqlens = dev->cu_seqlens, .cu_q_tiles = dev->cu_q_tiles,
                      .n_q_tiles = p->n_q_tiles, .lse_residual = dev->lse_residual, .bwd = dev->bwd};
-    fa_implementation impl = {.label = ROW_LABELS[kind], .is_cuda = dev->is_cuda, .ctx = &args, .flops = p->flops,
-                              .causal = s->causal, .upload_ms = dev->upload_ms};
-#if FA_HAVE_CUDA
-    impl.run = dev->is_cuda ? run_cuda : run_cpu;
-#else
-    impl.run = run_cpu;
-#endif
+    args.tensors = row_tensors_of(&args);
+    fa_implementation impl = {.label = ROWS[kind].label, .is_cuda = dev->is_cuda, .ctx = &args, .flops = p->flops,
+                              .causal = s->causal, .upload_ms = dev->upload_ms,
+                              .run = dev->is_cuda ? run_on_gpu : run_on_cpu};
     if (kind == ROW_SPLITKV) {
         impl.extra_bytes = splitkv_partial_floats(s) * (int64_t)sizeof(float);
         impl.extra_what = "partial O, LSE";
-    } else if (is_backward_row(kind)) {
+    } else if (ROWS[kind].backward) {
         const int64_t dkdv_bytes = backward_dkdv_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         const int64_t dq_bytes = backward_dq_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.flops = 2.5 * p->flops;   // the suite's convention: the backward is 2.5 forwards
@@ -579,7 +618,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
             dev->is_cuda ? 0 : flash_forward_4d_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         impl.extra_what = dev->is_cuda ? "tiles in shared memory" : "per-thread tiles";
     }
-    if (is_backward_row(kind)) {
+    if (ROWS[kind].backward) {
         const backward_tensors *t = dev->bwd;
         const double tol[3] = {ref->tol_backward, ref->tol_backward, ref->tol_backward};
         const fa_grads host = {dev->dq_host, dev->dk_host, dev->dv_host};
@@ -625,8 +664,8 @@ static void note_splitkv_bandwidth(fa_report *report, const fa_options *opt, con
     for (int r = 0; r < report->n_rows; r++) {
         const fa_timing_row *row = &report->rows[r];
         if (strcmp(row->impl, "cuda") != 0) continue;
-        if (strcmp(row->label, ROW_LABELS[ROW_SPLITKV]) == 0) split_ms = row->median_ms;
-        if (strcmp(row->label, ROW_LABELS[ROW_PHASE3]) == 0) phase3_ms = row->median_ms;
+        if (strcmp(row->label, ROWS[ROW_SPLITKV].label) == 0) split_ms = row->median_ms;
+        if (strcmp(row->label, ROWS[ROW_PHASE3].label) == 0) phase3_ms = row->median_ms;
     }
     if (split_ms <= 0.0) return;
     fa_report_add_note(report, "split-KV cuda: K and V (%.2f GB) read at %.0f GB/s; %lld splits of %d keys per head",
@@ -644,7 +683,7 @@ static void run_device(fa_report *report, const fa_options *opt, const problem *
         if (run[kind]) run_row(report, opt, p, ref, dev, kind);
 }
 
-// --backward: the backward's tensors on one device (phase4_backward/backward.h), all contiguous [B, H, S, D].
+// --backward: the backward's tensors on one device (common/fa_contract.h), all contiguous [B, H, S, D].
 static backward_tensors make_backward_tensors(const fa_shape *s, int64_t H_kv, const float *q, const float *k,
                                               const float *v, const float *o, const float *lse,
                                               const float *lse_residual, const float *dout, float *delta, float *dq,
@@ -681,9 +720,16 @@ static void setup_varlen(fa_options *opt, const ext_flags *f, problem *p, int64_
 
 int main(int argc, char **argv) {
     ext_flags flags = {.e = {.window_left = -1, .window_right = -1}};
+    // The whole command line, the feature's flags included, for --save-dir's command.txt.
+    const int all_argc = argc;
+    char **all_argv = malloc(((size_t)argc + 1) * sizeof *all_argv);
+    if (!all_argv) fa_die("out of host memory: the command line");
+    memcpy(all_argv, argv, ((size_t)argc + 1) * sizeof *all_argv);
     argc = take_ext_flags(argc, argv, &flags);
     fa_options opt;
     fa_parse_options(argc, argv, &SPEC, &opt);
+    opt.argc = all_argc;
+    opt.argv = all_argv;
     check_ext_flags(&opt, &flags);
     const ext_options *e = &flags.e;
     if ((opt.impl & FA_IMPL_CUDA) && !flash4d_cuda_supports_tiles(opt.block_m, opt.block_n))
@@ -716,7 +762,7 @@ int main(int argc, char **argv) {
     const int64_t n_lse = flags.n_seqs ? s->Sq * s->H : fa_numel_lse(s);
     const int64_t n_partials = run[ROW_SPLITKV] ? splitkv_partial_floats(s) : 0;
     fa_inputs in;
-    make_inputs(&opt, n_q, n_kv, flags.backward, &in);
+    make_inputs(&opt, e->H_kv, n_q, n_kv, flags.backward, &in);
     fa_reference ref;
     if (flags.n_seqs) make_reference_varlen(&opt, &flags, &in, &ref, &report);
     unsigned char *kv_heads = NULL;
@@ -803,5 +849,6 @@ int main(int argc, char **argv) {
     free(dv);
     fa_free_reference(&ref);
     fa_free_inputs(&in);
+    free(all_argv);
     return status;
 }

@@ -1,5 +1,5 @@
 # Runs BINARY with ARGS ('|'-separated) and passes only when it exits with status 2 and prints exactly one line,
-# starting with "error:", on stderr (DESIGN.md: bad input gets one clear line and exit status 2).
+# starting with "error:", on stderr (docs/architecture.md, "Conventions": bad input gets one clear line and exit status 2).
 string(REPLACE "|" ";" arg_list "${ARGS}")
 execute_process(COMMAND ${BINARY} ${arg_list} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(REGEX MATCHALL "\n" newlines "${err}")

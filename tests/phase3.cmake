@@ -46,7 +46,7 @@ fa_add_check_test(NAME phase3_cuda_B4_H16_S4096_D64 LABEL phase3 BINARY phase3_f
                   ARGS --B 4 --H 16 --S 4096 --D 64 --check-heads 2)
 fa_add_check_test(NAME phase3_cuda_B4_H16_S4096_D128_tile64x64 LABEL phase3 BINARY phase3_forward_4d IMPL cuda BIG
                   ARGS --B 4 --H 16 --S 4096 --D 128 --block-m 64 --block-n 64 --check-heads 2)
-# More heads than gridDim.y holds (65 535): the launchers launch twice (forward4d.h, MAX_GRID_Y), and the oracle checks
+# More heads than gridDim.y holds (65 535): the launchers launch twice (common/fa_contract.h, MAX_GRID_Y), and the oracle checks
 # the first head and the last, which is in the second launch.
 fa_add_check_test(NAME phase3_cuda_B1_H66000_S40_D16_grid_limit LABEL phase3 BINARY phase3_forward_4d IMPL cuda BIG
                   ARGS --B 1 --H 66000 --S 40 --D 16 --check-heads 2)

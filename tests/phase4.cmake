@@ -25,7 +25,7 @@ set_tests_properties(phase4_cpu_gradcheck PROPERTIES LABELS "phase4;cpu")
 add_test(NAME phase4_cuda_gradcheck COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_phase4_gradcheck> cuda)
 set_tests_properties(phase4_cuda_gradcheck PROPERTIES LABELS "phase4;gpu" SKIP_RETURN_CODE 77)
 
-# The driver on each shape, CPU and CUDA (tiles from the CUDA list, backward.h).
+# The driver on each shape, CPU and CUDA (tiles from the CUDA list, fa_contract.h).
 set(phase4_shapes
   "S1_D16|--B|2|--H|3|--S|1|--D|16"
   "S17_D32_causal|--B|2|--H|2|--S|17|--D|32|--causal"
@@ -64,7 +64,7 @@ foreach(impl cpu cuda)
   fa_add_check_test(NAME phase4_${impl}_big_Sq2000_Sk700_D128 LABEL phase4 BINARY phase4_backward IMPL ${impl} BIG
                     ARGS --B 1 --H 2 --Sq 2000 --Sk 700 --D 128 --check-heads 1)
 endforeach()
-# More heads than gridDim.y holds (65 535): both passes launch twice (forward4d.h, MAX_GRID_Y), and the oracle checks
+# More heads than gridDim.y holds (65 535): both passes launch twice (common/fa_contract.h, MAX_GRID_Y), and the oracle checks
 # the first head and the last, which is in the second launch.
 fa_add_check_test(NAME phase4_cuda_B1_H66000_S40_D16_causal_grid_limit LABEL phase4 BINARY phase4_backward IMPL cuda
                   BIG ARGS --B 1 --H 66000 --S 40 --D 16 --causal --check-heads 2)

@@ -97,7 +97,7 @@ set(phase6_bad
   "align_without_causal|--causal-align|bottom-right"
   "two_features|--H|4|--H-kv|2|--softcap|30"
   "missing_value|--softcap"
-  "save_dir|--save-dir|phase6_not_written"
+  "seqlens_save_dir|--seqlens|3,5|--save-dir|phase6_not_written"
   "seqlens_zero|--seqlens|3,0,5"
   "seqlens_empty_item|--seqlens|3,,5"
   "seqlens_trailing_comma|--seqlens|3,5,"
@@ -130,3 +130,22 @@ add_executable(test_phase6_dropout test_phase6_dropout.c)
 target_link_libraries(test_phase6_dropout PRIVATE phase6_extensions_kernels)
 add_test(NAME phase6_dropout_mask COMMAND test_phase6_dropout)
 set_tests_properties(phase6_dropout_mask PROPERTIES LABELS "phase6;cpu")
+
+# --save-dir then --load-dir, one feature per test (tests/phase6_save_load.cmake): the same bits, and command.txt
+# names the feature's flags. FEATURE: the feature's flags; MISMATCH: flags whose K/V shape the saved files contradict.
+function(fa_add_phase6_save_load name)
+  cmake_parse_arguments(T "" "" "FEATURE;MISMATCH" ${ARGN})
+  string(REPLACE ";" "|" feature "${T_FEATURE}")
+  string(REPLACE ";" "|" mismatch "${T_MISMATCH}")
+  add_test(NAME phase6_save_load_${name}
+           COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:phase6_extensions> "-DFEATURE_ARGS=${feature}"
+                   "-DMISMATCH_ARGS=${mismatch}" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/phase6_save_load_${name}
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/phase6_save_load.cmake)
+  set_tests_properties(phase6_save_load_${name} PROPERTIES LABELS "phase6;cpu")
+endfunction()
+fa_add_phase6_save_load(gqa_backward FEATURE --H-kv 2 --causal --backward MISMATCH --H-kv 4)
+fa_add_phase6_save_load(window_backward FEATURE --window 7,3 --backward)
+fa_add_phase6_save_load(softcap_backward FEATURE --softcap 15 --backward)
+fa_add_phase6_save_load(dropout_backward FEATURE --dropout 0.2 --seed 3 --backward)
+fa_add_phase6_save_load(align FEATURE --causal --causal-align bottom-right)
+fa_add_phase6_save_load(splitkv FEATURE --Sq 1)

@@ -4,6 +4,7 @@
 // at the values the kernels depend on: exp2(-inf) = 0 exactly (a masked score), exp2(0) = 1 exactly (the row max),
 // exact powers of two at integers, and a clean 0 below the float range. Fails when the error passes 2 ulp.
 #include "fa_exp2.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +12,6 @@
 
 #define MAX_ULP 2.0
 
-static int failures = 0;
 
 // The distance from got to the exact value, in units of the last place of the exact value (as a float).
 static double ulp_error(float got, double exact) {
@@ -22,10 +22,7 @@ static double ulp_error(float got, double exact) {
 }
 
 static void expect_equal(float x, float got, float want) {
-    if (got != want) {
-        fprintf(stderr, "fa_exp2(%g) = %.9g, expected exactly %.9g\n", (double)x, (double)got, (double)want);
-        failures++;
-    }
+    EXPECT_MSG(got == want, "fa_exp2(%g) = %.9g, expected exactly %.9g", (double)x, (double)got, (double)want);
 }
 
 int main(void) {
@@ -51,17 +48,14 @@ int main(void) {
         }
     }
     printf("fa_exp2: worst error %.3f ulp at x = %.9g (limit %.1f ulp)\n", worst, (double)worst_x, MAX_ULP);
-    if (worst > MAX_ULP) failures++;
+    EXPECT(worst <= MAX_ULP);
 
     // 2. The values the online softmax relies on.
     expect_equal(-INFINITY, fa_exp2(-INFINITY), 0.0f);   // a masked key contributes nothing
     expect_equal(0.0f, fa_exp2(0.0f), 1.0f);             // the row's max scores exactly 1
     expect_equal(-200.0f, fa_exp2(-200.0f), 0.0f);       // far below the float range: 0, not garbage
     for (int n = -126; n <= 127; n++) expect_equal((float)n, fa_exp2((float)n), ldexpf(1.0f, n));
-    if (!isnan(fa_exp2(NAN))) {
-        fprintf(stderr, "fa_exp2(NaN) is not NaN\n");
-        failures++;
-    }
+    EXPECT_MSG(isnan(fa_exp2(NAN)), "fa_exp2(NaN) is not NaN");
 
     if (failures) fprintf(stderr, "%d failure(s)\n", failures);
     else printf("all fa_exp2 checks passed\n");

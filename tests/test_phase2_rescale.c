@@ -15,6 +15,7 @@
 #include "fa_tensor.h"
 #include "fa_verify.h"
 #include "online_softmax.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +29,6 @@
 #define BLOCK_N 32       // the tiles the kernel runs with: the growth below is per tile of this size
 #define SCALE 8.0f
 
-static int failures = 0;
 
 // q_i = (~1, small noise); k_j = (~2 * (tile of j + 1), small noise): q_i . k_j grows by about 2 per tile, times SCALE.
 static void make_inputs(float *q, float *k, float *v) {
@@ -110,10 +110,7 @@ int main(int argc, char **argv) {
     if (rescales < 0) return 1;
     printf("construction: every row's max grows at every K tile: %d rescales expected; logits reach %.1f\n",
            rescales, largest_logit);
-    if (largest_logit < 88.8) {
-        fprintf(stderr, "construction: logits should pass ln(FLT_MAX) = 88.7\n");
-        failures++;
-    }
+    EXPECT_MSG(largest_logit >= 88.8, "construction: logits should pass ln(FLT_MAX) = 88.7");
 
     double *qd = fa_to_double(q, S_Q * HEAD_DIM, "Q"), *kd = fa_to_double(k, S_K * HEAD_DIM, "K");
     double *vd = fa_to_double(v, S_K * HEAD_DIM, "V");
@@ -122,14 +119,11 @@ int main(int argc, char **argv) {
 
     const double off = error_without_rescale(q, k, v, o_ref);
     printf("without the rescale, the same tiles would be off by %.3e of the output's scale\n", off);
-    if (off < 1e-2) {
-        fprintf(stderr, "construction: skipping the rescale should change the answer visibly\n");
-        failures++;
-    }
+    EXPECT_MSG(off >= 1e-2, "construction: skipping the rescale should change the answer visibly");
 
     fa_poison(o, S_Q * HEAD_DIM);
     if (!on_gpu) {
-        const forward_tensors t = {q, k, v, o};
+        const forward_2d_tensors t = {q, k, v, o};
         flash_forward_2d_cpu(&shape, BLOCK_M, BLOCK_N, &t);
     } else {
 #if FA_HAVE_CUDA
@@ -139,7 +133,7 @@ int main(int argc, char **argv) {
         fa_gpu_upload(k_dev, k, S_K * HEAD_DIM);
         fa_gpu_upload(v_dev, v, S_K * HEAD_DIM);
         fa_gpu_poison(o_dev, S_Q * HEAD_DIM);
-        const forward_tensors t = {q_dev, k_dev, v_dev, o_dev};
+        const forward_2d_tensors t = {q_dev, k_dev, v_dev, o_dev};
         flash_forward_2d_cuda(&shape, BLOCK_M, BLOCK_N, &t);
         fa_gpu_synchronize("phase 2 rescale test");
         fa_gpu_download(o, o_dev, S_Q * HEAD_DIM);
@@ -158,7 +152,7 @@ int main(int argc, char **argv) {
                                    tolerance);
     printf("kernel: max abs err %.3e, rel err %.3e (tolerance %.1e), %lld NaN/Inf: %s\n", c.max_abs_err, c.rel_err,
            tolerance, (long long)c.nonfinite, c.pass ? "PASS" : "FAIL");
-    if (!c.pass) failures++;
+    EXPECT(c.pass);
 
     free(q);
     free(k);

@@ -16,6 +16,7 @@
 #include "fa_tensor.h"
 #include "fa_verify.h"
 #include "forward4d.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +33,6 @@
 #define BLOCK_N 32
 #define SENTINEL 12345.0f
 
-static int failures = 0;
 
 static int64_t at(fa_strides s, int64_t b, int64_t h, int64_t i, int64_t d) {
     return b * s.b + h * s.h + i * s.s + d * s.d;
@@ -136,7 +136,7 @@ static void test_layout(int on_gpu, const layout *L, const float *q, const float
             printf("%s %-30s step %d causal=%d: O rel err %.1e, %lld elements outside the view written: %s\n",
                    on_gpu ? "cuda" : "cpu ", L->what, step, causal, c.rel_err, (long long)touched,
                    ok ? "ok" : "FAIL");
-            if (!ok) failures++;
+            EXPECT(ok);
         }
     free(q_buf);
     free(k_buf);

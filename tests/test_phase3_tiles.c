@@ -2,7 +2,7 @@
 //
 // Usage: test_phase3_tiles
 //
-// 1. causal_tile_stage() (phase3_forward_4d/forward4d.h), the rule the kernels and the figure use, against a brute
+// 1. causal_tile_stage() (common/fa_contract.h), the rule the kernels and the figure use, against a brute
 //    force over the elements of each (Q tile, K tile) pair: future when no row of the tile sees any key of it, full
 //    when every row sees every key, diagonal otherwise.
 // 2. The CPU kernels of steps 2 and 3 report how many (Q tile, K tile) pairs they processed (tiles_visited): it must
@@ -13,12 +13,12 @@
 #include "fa_tensor.h"
 #include "fa_verify.h"
 #include "forward4d.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failures = 0;
 
 // The stage of one pair, from its elements: rows q_start.. and keys k_start.. that exist, and j <= i.
 static int brute_force_stage(int64_t q_start, int64_t k_start, int bm, int bn, int64_t S_q, int64_t S_k) {
@@ -48,16 +48,11 @@ static void test_rule(void) {
                             const int want = brute_force_stage(q_start, k_start, bm, bn, S_q, S_k);
                             const int got = causal_tile_stage(1, q_start, k_start, bm, bn, S_q, S_k);
                             checked++;
-                            if (got != want) {
-                                fprintf(stderr, "causal_tile_stage(Sq=%lld Sk=%lld %dx%d, q %lld, k %lld) = %d, "
-                                        "expected %d\n", (long long)S_q, (long long)S_k, bm, bn, (long long)q_start,
-                                        (long long)k_start, got, want);
-                                failures++;
-                            }
-                            if (causal_tile_stage(0, q_start, k_start, bm, bn, S_q, S_k) != TILE_FULL) {
-                                fprintf(stderr, "without causal every tile must be full\n");
-                                failures++;
-                            }
+                            EXPECT_MSG(got == want, "causal_tile_stage(Sq=%lld Sk=%lld %dx%d, q %lld, k %lld) = %d, "
+                                       "expected %d", (long long)S_q, (long long)S_k, bm, bn, (long long)q_start,
+                                       (long long)k_start, got, want);
+                            EXPECT_MSG(causal_tile_stage(0, q_start, k_start, bm, bn, S_q, S_k) == TILE_FULL,
+                                       "without causal every tile must be full");
                         }
                 }
     printf("causal_tile_stage: %lld (Q tile, K tile) pairs agree with the element-by-element count\n",
@@ -104,7 +99,7 @@ static void test_kernels(fa_shape shape, int bm, int bn) {
                "O rel err %.1e: %s\n", step, (long long)shape.B, (long long)shape.H, (long long)shape.Sq,
                (long long)shape.Sk, bm, bn, shape.causal, (long long)visited, (long long)want, c.rel_err,
                ok ? "ok" : "FAIL");
-        if (!ok) failures++;
+        EXPECT(ok);
     }
     free(q);
     free(k);

@@ -7,7 +7,7 @@
 //   cuda: two runs of the deterministic backward on the GPU must give bitwise identical dQ, dK, dV, and both variants
 //         must match the oracle. Exits 77 (skipped) without a GPU.
 // O and LSE come from the float64 oracle rounded to float32, so that this test checks the backward alone.
-#include "backward.h"
+#include "fa_baselines.h"
 #include "fa_gpu.h"
 #include "fa_test_device.h"
 #include "fa_test_grads.h"

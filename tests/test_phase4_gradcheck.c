@@ -6,13 +6,14 @@
 // (L(x + h) - L(x - h)) / 2h for every element x of Q, K and V: a check that does not trust the oracle's backward
 // formulas, only its forward. Tiny shapes (every element is perturbed twice), causal on and off, Sq > Sk and Sq < Sk,
 // both dQ variants. cuda exits 77 (skipped) without a GPU.
-#include "backward.h"
+#include "fa_baselines.h"
 #include "fa_gpu.h"
 #include "fa_test_device.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_verify.h"
-#include "forward4d.h"
+#include "fa_contract.h"
+#include "fa_test_expect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +22,6 @@
 
 #define FD_STEP 1e-6   // central differences in float64: truncation ~h^2, rounding ~1e-16/h, both far below 1e-8
 
-static int failures = 0;
 
 // L = sum(O * dO) by the float64 oracle.
 static double loss(const fa_shape *s, const double *q, const double *k, const double *v, const double *dout,
@@ -86,7 +86,7 @@ static void compare(const char *what, const char *name, const float *got, const 
     fa_check c = fa_verify_results(what, name, got, want, dims, NULL, FA_TOL_BACKWARD);
     printf("  %-44s %s: max abs err %.2e, rel err %.2e  %s\n", what, name, c.max_abs_err, c.rel_err,
            c.pass ? "ok" : "FAIL");
-    if (!c.pass) failures++;
+    EXPECT(c.pass);
 }
 
 static void check_shape(fa_shape s, int on_gpu, int block_m, int block_n) {

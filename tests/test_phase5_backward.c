@@ -15,7 +15,6 @@
 #include "fa_tensor.h"
 #include "fa_test_device.h"
 #include "fa_test_grads.h"
-#include "tc_backward.h"
 #include "tensor_cores.h"
 #include "fa_test_expect.h"
 
@@ -94,8 +93,8 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     printf("cpu %s D=%s%s\n", dtype, D, causal ? " causal" : "");
     float *o = fa_alloc_floats(fa_numel_q(s), "O"), *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
     float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
-    flash_forward_pipeline_cpu(s, p.opt.dtype, 128, 64, p.half.q, p.qs, p.half.k, p.ks, p.half.v, p.ks, o, p.qs, lse,
-                               NULL);
+    const tc_forward_tensors f = {p.half.q, p.half.k, p.half.v, p.qs, p.ks, p.ks, o, p.qs, lse};
+    flash_forward_pipeline_cpu(s, p.opt.dtype, 128, 64, &f, NULL);
     fa_grads det1 = grads_alloc(s), det2 = grads_alloc(s), atomic = grads_alloc(s);
     tc_backward_tensors t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &det1);
     omp_set_num_threads(1);
@@ -141,7 +140,8 @@ static void test_cuda_case(const char *dtype, const char *D, int causal) {
     float *delta = fa_gpu_alloc(fa_numel_lse(s), "Delta");
     fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                     fa_gpu_alloc(fa_numel_kv(s), "dV")};
-    flash_forward_pipeline_cuda(s, p.opt.dtype, 128, 64, dev.q, p.qs, dev.k, p.ks, dev.v, p.ks, o, p.qs, lse);
+    const tc_forward_tensors f = {dev.q, dev.k, dev.v, p.qs, p.ks, p.ks, o, p.qs, lse};
+    flash_forward_pipeline_cuda(s, p.opt.dtype, 128, 64, &f);
     const tc_backward_tensors t = tensors(&p, dev.q, dev.k, dev.v, dev.dout, o, lse, delta, &device);
     const int modes[3] = {FA_DQ_DETERMINISTIC, FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
     fa_grads runs[3];

@@ -129,10 +129,11 @@ static void test_rule_case(const char *dtype, const char *causal, int step) {
     fa_poison(o, fa_numel_q(s));
     fa_poison(lse, fa_numel_lse(s));
     const fa_strides qs = fa_strides_contiguous(s->H, s->Sq, s->D), ks = fa_strides_contiguous(s->H, s->Sk, s->D);
+    const tc_forward_tensors t = {half.q, half.k, half.v, qs, ks, ks, o, qs, lse};
     if (step == 2)
-        flash_forward_mma_cpu(s, opt.dtype, 64, 64, half.q, qs, half.k, ks, half.v, ks, o, qs, lse, NULL);
+        flash_forward_mma_cpu(s, opt.dtype, 64, 64, &t, NULL);
     else
-        flash_forward_pipeline_cpu(s, opt.dtype, 128, 64, half.q, qs, half.k, ks, half.v, ks, o, qs, lse, NULL);
+        flash_forward_pipeline_cpu(s, opt.dtype, 128, 64, &t, NULL);
 
     int64_t dims_o[4], dims_lse[4];
     fa_dims_q(s, dims_o);

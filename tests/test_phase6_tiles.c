@@ -10,10 +10,10 @@
 //   - visit no tile in which no row sees any key (the pruning is exact: time follows the work),
 //   - and call a tile TILE_FULL only when every row of it sees every key (a full tile is computed without a mask).
 #include "extensions.h"
+#include "fa_test_expect.h"
 
 #include <stdio.h>
 
-static int failures = 0;
 
 // Visible (row, key) pairs of one tile, and the pairs there are.
 static void count_pairs(const ext_options *e, int causal, int64_t q_start, int64_t k_start, int bm, int bn,
@@ -46,13 +46,10 @@ static void check_shape(int64_t S_q, int64_t S_k, int64_t left, int64_t right, i
             const int wrong = (visible > 0 && !visited) || (visible == 0 && visited) ||
                               (stage == TILE_FULL && visible != pairs);
             (*checked)++;
-            if (wrong) {
-                fprintf(stderr, "window (%lld, %lld), Sq=%lld Sk=%lld, tiles %dx%d, q %lld, k %lld: %s (stage %d, "
-                        "%lld of %lld pairs visible)\n", (long long)left, (long long)right, (long long)S_q,
-                        (long long)S_k, bm, bn, (long long)q_start, (long long)k_start,
-                        visited ? "visited" : "skipped", stage, (long long)visible, (long long)pairs);
-                failures++;
-            }
+            EXPECT_MSG(!wrong, "window (%lld, %lld), Sq=%lld Sk=%lld, tiles %dx%d, q %lld, k %lld: %s (stage %d, "
+                       "%lld of %lld pairs visible)", (long long)left, (long long)right, (long long)S_q,
+                       (long long)S_k, bm, bn, (long long)q_start, (long long)k_start,
+                       visited ? "visited" : "skipped", stage, (long long)visible, (long long)pairs);
         }
     }
 }

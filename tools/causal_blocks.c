@@ -4,9 +4,9 @@
 // Output: one line per Q tile, one character per K tile: 'F' full (in the past, computed without a mask),
 //         'D' diagonal (computed, masked element by element), '.' future (never loaded: the K-tile loop has ended),
 //         then a summary line "# full F diagonal D future X". tools/plot_causal_blocks.py draws it
-//         (docs/figures/causal_blocks.png). The decision is causal_tile_stage() from phase3_forward_4d/forward4d.h,
+//         (docs/figures/causal_blocks.png). The decision is causal_tile_stage() from common/fa_contract.h,
 //         the function phase3_forward_4d/2_causal_cpu.c and 2_causal_cuda.cu call in their K-tile loops.
-#include "forward4d.h"
+#include "fa_contract.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
     python3 tools/plot_causal_blocks.py build/bin/causal_blocks docs/figures/causal_blocks.png
 
 The figure is made from the rule the kernels use: tools/causal_blocks (built from tools/causal_blocks.c by
-phase3_forward_4d/CMakeLists.txt) prints causal_tile_stage() of phase3_forward_4d/forward4d.h for every
+phase3_forward_4d/CMakeLists.txt) prints causal_tile_stage() of common/fa_contract.h for every
 (Q tile, K tile) pair, the function that 2_causal_cpu.c and 2_causal_cuda.cu call in their K-tile loops; this script
 only draws what it prints. Two panels: a square sequence, and cross attention with Sq < Sk and ragged last tiles.
 Needs matplotlib. Exit status 0, or 2 on a usage error.
@@ -62,7 +62,7 @@ def main(argv):
         draw(ax, binary, *panel)
     fig.legend(handles=[Patch(facecolor=COLOURS[s], label=NAMES[s]) for s in "FD."], loc="lower center", ncol=3,
                frameon=False, fontsize=10)
-    fig.suptitle("Causal attention, tile by tile: causal_tile_stage() of phase3_forward_4d/forward4d.h", fontsize=12)
+    fig.suptitle("Causal attention, tile by tile: causal_tile_stage() of common/fa_contract.h", fontsize=12)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     fig.savefig(out, dpi=110)
     print("wrote " + out)

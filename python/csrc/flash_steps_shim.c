@@ -19,16 +19,14 @@
 
 #include "flash_steps_shim.h"
 
-#include "backward.h"
-#include "backward_ext.h"
-#include "extensions.h"
+#include "backward_ext.h"   // phase 6's backward passes
+#include "extensions.h"     // phase 6's forward kernels
+#include "fa_baselines.h"   // phase 3 step 3, phase 4, phase 5 steps 3 and 4
+#include "fa_contract.h"    // the tensors and the CUDA kernels' head dims and tiles
 #include "fa_half.h"
-#include "forward4d.h"
-#include "tc_backward.h"
-#include "tensor_cores.h"
 
 // The tiles. CPU and GPU take the same ones, so that the two compute the same sums in the same order.
-#define FP32_BLOCK_M 64   // in both lists of forward4d.h and backward.h
+#define FP32_BLOCK_M 64   // in both the forward's and the backward's list (fa_contract.h)
 #define FP32_BLOCK_N 64
 #define HALF_FORWARD_BLOCK_M 128   // phase 5's default forward tile
 #define HALF_FORWARD_BLOCK_N 64
@@ -135,6 +133,14 @@ static forward_tensors forward_tensors_of(const fs_tensor *q, const fs_tensor *k
     return t;
 }
 
+static tc_forward_tensors tc_forward_tensors_of(const fs_tensor *q, const fs_tensor *k, const fs_tensor *v,
+                                                const fs_tensor *o, float *lse) {
+    const tc_forward_tensors t = {.q = q->data, .k = k->data, .v = v->data, .q_strides = q->strides,
+                                  .k_strides = k->strides, .v_strides = v->strides, .o = o->data,
+                                  .o_strides = o->strides, .lse = lse};
+    return t;
+}
+
 static backward_tensors backward_tensors_of(const fs_tensor *q, const fs_tensor *k, const fs_tensor *v,
                                             const fs_tensor *o, const float *lse, const float *lse_residual,
                                             const fs_tensor *dout, float *delta, const fs_tensor *dq,
@@ -162,8 +168,8 @@ static tc_backward_tensors tc_backward_tensors_of(const fs_tensor *q, const fs_t
 
 // --- Forward: o float32 [B, H, Sq, D]; lse and lse_residual float32 [B, H, Sq] contiguous (fp16/bf16 leave the
 // residual alone: their backward does not read it). --------------------------------------------------------------
-// The arguments of one forward call, together: the half kernels take the tensors one by one (tensor_cores.h), the
-// float32 ones as forward_tensors (forward4d.h).
+// The arguments of one forward call, together: the float32 kernels take them as forward_tensors, the half ones as
+// tc_forward_tensors (fa_contract.h, fa_baselines.h).
 typedef struct {
     const fs_tensor *q, *k, *v, *o;
     float *lse, *lse_residual;
@@ -171,12 +177,11 @@ typedef struct {
 
 static void forward_cpu(const fs_problem *p, const fa_shape *s, const forward_args *a) {
     const forward_tensors t = forward_tensors_of(a->q, a->k, a->v, a->o, a->lse, a->lse_residual);
+    const tc_forward_tensors th = tc_forward_tensors_of(a->q, a->k, a->v, a->o, a->lse);
     const int bm = FP32_BLOCK_M, bn = FP32_BLOCK_N;
     switch (kernel_of(p)) {
     case KERNEL_PHASE5:
-        flash_forward_pipeline_cpu(s, p->dtype, HALF_FORWARD_BLOCK_M, HALF_FORWARD_BLOCK_N, a->q->data,
-                                   a->q->strides, a->k->data, a->k->strides, a->v->data, a->v->strides, a->o->data,
-                                   a->o->strides, a->lse, NULL);
+        flash_forward_pipeline_cpu(s, p->dtype, HALF_FORWARD_BLOCK_M, HALF_FORWARD_BLOCK_N, &th, NULL);
         break;
     case KERNEL_GQA: flash_forward_gqa_cpu(s, p->H_kv, bm, bn, &t, NULL); break;
     case KERNEL_WINDOW: flash_forward_window_cpu(s, p->window_left, p->window_right, bm, bn, &t, NULL); break;
@@ -188,13 +193,14 @@ static void forward_cpu(const fs_problem *p, const fa_shape *s, const forward_ar
 #if FA_HAVE_CUDA
 static void forward_cuda(const fs_problem *p, const fa_shape *s, const forward_args *a) {
     const forward_tensors t = forward_tensors_of(a->q, a->k, a->v, a->o, a->lse, a->lse_residual);
+    const tc_forward_tensors th = tc_forward_tensors_of(a->q, a->k, a->v, a->o, a->lse);
     const int bm = FP32_BLOCK_M, bn = FP32_BLOCK_N;
     switch (kernel_of(p)) {
     case KERNEL_PHASE5:
 #if TC_HAVE_MMA_CUDA
-        flash_forward_pipeline_cuda(s, p->dtype, HALF_FORWARD_BLOCK_M, HALF_FORWARD_BLOCK_N, a->q->data,
-                                    a->q->strides, a->k->data, a->k->strides, a->v->data, a->v->strides, a->o->data,
-                                    a->o->strides, a->lse);
+        flash_forward_pipeline_cuda(s, p->dtype, HALF_FORWARD_BLOCK_M, HALF_FORWARD_BLOCK_N, &th);
+#else
+        (void)th;   // a build without sm_80: fs_check refuses half precision on the GPU
 #endif
         break;
     case KERNEL_GQA: flash_forward_gqa_cuda(s, p->H_kv, bm, bn, &t); break;

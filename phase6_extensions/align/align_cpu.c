@@ -1,0 +1,203 @@
+// align_cpu.c - phase 6, on the CPU: causal alignment, top-left or bottom-right.
+//
+// What it adds to phase 3 step 3 (phase3_forward_4d/3_lse_cpu.c):
+//   with bottom_right, row i sees keys j <= i + Sk - Sq (FlashAttention's alignment: the last query row sees every
+//   key, as a decode step's query sees the whole cache). The causal stages are phase 3's, with the rows shifted by
+//   key_offset = Sk - Sq. When Sq > Sk, rows i < Sq - Sk see no key: they write O = 0 (extensions.h).
+// CUDA twin: phase6_extensions/align/align_cuda.cu
+// Diff:      diff -u phase3_forward_4d/3_lse_cpu.c phase6_extensions/align/align_cpu.c
+// Run:       build/bin/phase6_extensions --impl cpu --Sq 128 --Sk 1000 --D 64 --causal --causal-align bottom-right
+#include "extensions.h"
+
+#include "fa_exp2.h"
+#include "fa_tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+// Scores are computed in base 2: the Q tile is multiplied by qk_scale = scale * LOG2E once, so that
+// exp(scale * q.k - m) = 2^(qk_scale * q.k - m') and every exponential is a cheap 2^x (fa_exp2).
+#include "fa_math.h"   // LOG2E, LN2 and the log-sum-exp conversions
+// The inner loops work on VEC floats at a time (one AVX-512 register, four SSE registers). A loop of fixed length
+// over a small local array lets the compiler keep the array in vector registers, the way the CUDA kernel keeps its
+// arrays in registers. The tiles are padded with zeros to a multiple of VEC, so no loop needs a remainder.
+#define VEC 16
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// One thread's working memory: the CPU's stand-in for a CUDA block's shared memory and its threads' registers.
+typedef struct {
+    int64_t D_pad, N_pad;   // D and BLOCK_N rounded up to a multiple of VEC
+    float *q_tile;          // [BLOCK_M, D_pad]  the Q tile, times qk_scale
+    float *k_tile_t;        // [D_pad, N_pad]    the K tile, transposed: the score loop then runs along j
+    float *v_tile;          // [N_pad, D_pad]    the V tile
+    float *acc;             // [BLOCK_M, D_pad]  unnormalised output rows
+    float *m_i, *l_i;       // [BLOCK_M]         running max (base 2) and running sum of each row
+    float *s;               // [N_pad]           one row's scores, then its probabilities p
+} workspace;
+
+static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
+    const int64_t D_pad = round_up(D, VEC), N_pad = round_up(block_n, VEC);
+    return block_m * D_pad + D_pad * N_pad + N_pad * D_pad + block_m * D_pad + 2 * (int64_t)block_m + N_pad;
+}
+
+static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
+    workspace w;
+    w.D_pad = round_up(D, VEC);
+    w.N_pad = round_up(block_n, VEC);
+    w.q_tile = fa_alloc_floats(workspace_floats(D, block_m, block_n), "the CPU tiles");
+    w.k_tile_t = w.q_tile + block_m * w.D_pad;
+    w.v_tile = w.k_tile_t + w.D_pad * w.N_pad;
+    w.acc = w.v_tile + w.N_pad * w.D_pad;
+    w.m_i = w.acc + block_m * w.D_pad;
+    w.l_i = w.m_i + block_m;
+    w.s = w.l_i + block_m;
+    // Zero once: the padding (every d >= D) is never written again, so it stays 0.
+    for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
+    return w;
+}
+
+// One Q tile of one head: what one CUDA thread block does. Rows q_start .. q_start + BLOCK_M - 1 of head bh; row r
+// of the tile is row i = q_start + r of the head. Returns the number of K tiles it processed.
+static int64_t q_tile_program(const fa_shape *shape, int bottom_right, int BLOCK_M, int BLOCK_N, int64_t bh,
+                              int64_t q_start, const forward_tensors *t, workspace *w) {
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, D_pad = w->D_pad, N_pad = w->N_pad;
+    const int64_t key_offset = ext_key_offset(bottom_right, S_q, S_k);   // row i's diagonal is key i + key_offset
+    const float qk_scale = shape->scale * LOG2E;
+    // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
+    const int64_t b = bh / shape->H, h = bh % shape->H;
+    const float *q = t->q + b * t->q_strides.b + h * t->q_strides.h;
+    const float *k = t->k + b * t->k_strides.b + h * t->k_strides.h;
+    const float *v = t->v + b * t->v_strides.b + h * t->v_strides.h;
+    float *o = t->o + b * t->o_strides.b + h * t->o_strides.h;
+    // Rows past S_q do not exist: the CPU skips them (the GPU computes them and never stores them).
+    const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
+
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
+        for (int64_t d = 0; d < D; d++)
+            w->q_tile[r * D_pad + d] = q[i * t->q_strides.s + d * t->q_strides.d] * qk_scale;
+        for (int64_t d = 0; d < D_pad; d++) w->acc[r * D_pad + d] = 0.0f;
+        w->m_i[r] = -INFINITY;
+        w->l_i[r] = 0.0f;
+    }
+
+    int64_t tiles = 0;
+    for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
+        // The three causal stages: a tile entirely in the future ends the loop before it is loaded (every later
+        // tile lies further in the future); a tile entirely in the past needs no mask; a diagonal tile does.
+        const int stage = causal_tile_stage(shape->causal, q_start + key_offset, k_start, BLOCK_M, BLOCK_N,
+                                            S_q + key_offset, S_k);
+        if (stage == TILE_FUTURE) break;
+        tiles++;
+
+        // Stage the K tile (transposed) and the V tile once for all rows of the Q tile: that reuse is the point of
+        // the tiles (on the GPU this is the copy into shared memory). Keys past S_k, and the padding, are zeros.
+        for (int j = 0; j < N_pad; j++) {
+            const int key_exists = j < BLOCK_N && k_start + j < S_k;
+            for (int64_t d = 0; d < D; d++) {
+                w->k_tile_t[d * N_pad + j] = key_exists ? k[(k_start + j) * t->k_strides.s + d * t->k_strides.d] : 0.0f;
+                w->v_tile[j * D_pad + d] = key_exists ? v[(k_start + j) * t->v_strides.s + d * t->v_strides.d] : 0.0f;
+            }
+        }
+
+        // Each row is one CUDA thread on the GPU.
+        for (int r = 0; r < rows; r++) {
+            const float *q_i = w->q_tile + r * D_pad;
+            float *acc_i = w->acc + r * D_pad, *s = w->s;
+
+            // Scores of row i against the tile, in base 2: s[j] = qk_scale * q_i . k_j. The loop over d is outside
+            // and the sums stay in registers while d runs, four per key (dim d in part d % 4), added in pairs at the
+            // end: the order of standard attention's vectorised dot product, and the order phase 4's backward sums
+            // its scores in (fa_contract.h, CPU_SCORE_PARTS). The tiles are zero past D, so no loop needs a remainder.
+            for (int j0 = 0; j0 < N_pad; j0 += VEC) {
+                float s0[VEC] = {0.0f}, s1[VEC] = {0.0f}, s2[VEC] = {0.0f}, s3[VEC] = {0.0f};
+                for (int64_t d = 0; d < D; d += 4) {
+                    const float *k_d = w->k_tile_t + d * N_pad + j0;
+                    const float q0 = q_i[d], q1 = q_i[d + 1], q2 = q_i[d + 2], q3 = q_i[d + 3];
+                    for (int jj = 0; jj < VEC; jj++) {
+                        s0[jj] += q0 * k_d[jj];
+                        s1[jj] += q1 * k_d[N_pad + jj];
+                        s2[jj] += q2 * k_d[2 * N_pad + jj];
+                        s3[jj] += q3 * k_d[3 * N_pad + jj];
+                    }
+                }
+                for (int jj = 0; jj < VEC; jj++) s[j0 + jj] = (s0[jj] + s1[jj]) + (s2[jj] + s3[jj]);
+            }
+            // The last key this row may see: the last one there is, and on a diagonal tile its diagonal (row i
+            // sees keys j <= i + key_offset). A tile in the past keeps step 1's test against S_k alone: no mask.
+            const int64_t i = q_start + r, diagonal = i + key_offset;
+            const int64_t last_key = stage == TILE_DIAGONAL && diagonal < S_k - 1 ? diagonal : S_k - 1;
+            // Keys past last_key (and the padding) get -INFINITY: 2^-inf = 0, they take no part in the softmax. Only
+            // the diagonal tiles, the last tile, or a padded one, have any.
+            if (N_pad > BLOCK_N || k_start + N_pad - 1 > last_key)
+                for (int j = 0; j < N_pad; j++)
+                    if (j >= BLOCK_N || k_start + j > last_key) s[j] = -INFINITY;
+
+            // The online softmax. The new max covers every key seen so far, this tile included.
+            float m_tile = -INFINITY;
+#pragma omp simd reduction(max : m_tile)
+            for (int j = 0; j < N_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
+            const float m_new = m_tile > w->m_i[r] ? m_tile : w->m_i[r];
+            // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+
+            float row_sum = 0.0f;
+#pragma omp simd reduction(+ : row_sum)
+            for (int j = 0; j < N_pad; j++) {
+                s[j] = fa_exp2(s[j] - m_use);   // p_ij, relative to the new max
+                row_sum += s[j];
+            }
+            // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
+            const float alpha = fa_exp2(w->m_i[r] - m_use);
+            w->l_i[r] = w->l_i[r] * alpha + row_sum;
+            w->m_i[r] = m_new;
+
+            // acc = acc * alpha + p V_tile, VEC columns at a time, kept in registers while j runs.
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
+                float acc_vec[VEC];
+                for (int dd = 0; dd < VEC; dd++) acc_vec[dd] = acc_i[d0 + dd] * alpha;
+                for (int j = 0; j < N_pad; j++) {
+                    const float p = s[j], *v_j = w->v_tile + j * D_pad + d0;
+                    for (int dd = 0; dd < VEC; dd++) acc_vec[dd] += p * v_j[dd];
+                }
+                for (int dd = 0; dd < VEC; dd++) acc_i[d0 + dd] = acc_vec[dd];
+            }
+        }
+    }
+
+    // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
+    // rebuild its row of P: P_ij = exp(scale * q_i . k_j - LSE_i); and what its rounding lost (fa_math.h says why).
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = q_start + r;
+        // A row that sees no key has l_i = 0: it writes O = 0 and EMPTY_ROW_LSE (extensions.h).
+        const float inv_l = w->l_i[r] > 0.0f ? 1.0f / w->l_i[r] : 0.0f;
+        for (int64_t d = 0; d < D; d++) o[i * t->o_strides.s + d * t->o_strides.d] = w->acc[r * D_pad + d] * inv_l;
+        float residual = 0.0f;
+        const float row_lse = w->l_i[r] > 0.0f ? lse_from_base2(w->m_i[r], w->l_i[r], &residual) : EMPTY_ROW_LSE;
+        t->lse[bh * S_q + i] = row_lse;   // LSE (and its residual) is contiguous [B, H, Sq]
+        if (t->lse_residual) t->lse_residual[bh * S_q + i] = residual;
+    }
+    return tiles;
+}
+
+void flash_forward_align_cpu(const fa_shape *shape, int bottom_right, int block_m, int block_n,
+                             const forward_tensors *t, int64_t *tiles_visited) {
+    const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, BH = shape->B * shape->H;
+    int64_t visited = 0;
+#pragma omp parallel
+    {
+        workspace w = workspace_alloc(shape->D, block_m, block_n);
+        // The two loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, q_tile): one iteration is one thread block.
+#pragma omp for collapse(2) schedule(dynamic) reduction(+ : visited)
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t q_tile = 0; q_tile < n_q_tiles; q_tile++) {
+                // The Q tile order. Causal, the last Q tiles see the most keys: starting with them, the short ones
+                // fill in at the end instead of a few long ones running last.
+                const int64_t q_start = (n_q_tiles - 1 - q_tile) * block_m;
+                visited += q_tile_program(shape, bottom_right, block_m, block_n, bh, q_start, t, &w);
+            }
+        free(w.q_tile);
+    }
+    if (tiles_visited) *tiles_visited = visited;
+}
