@@ -7,11 +7,12 @@
 #   make bench        the benchmark sweep (tools/), results in build/bench/
 #   make plots        figures from build/bench/results.csv
 #   make sanitize     the CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)
+#   make python       the PyTorch binding's library (build-python/, python/README.md); make test-python its tests
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build configure demo test bench plots sanitize clean help
+.PHONY: all build configure demo test bench plots sanitize python test-python clean help
 
 all: demo
 
@@ -52,8 +53,18 @@ sanitize:
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS) -LE "gpu|tools|docs|hugemem"
 
+# The PyTorch binding (python/README.md): its shared library in build-python/lib/, and its pytest suite, run by the
+# Python that CMake finds (an activated virtual environment's, or -DFA_TORCH_PYTHON=... in CMAKE_FLAGS); skipped
+# where that Python has no PyTorch.
+python:
+	cmake -S . -B build-python -DFA_PYTHON=ON $(CMAKE_FLAGS)
+	cmake --build build-python --target flash_steps_c -j $(JOBS)
+
+test-python: python
+	cd build-python && ctest --output-on-failure -L python
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-python
 
 help:
 	@echo "make              configure, build, and run the class demo (every phase, CPU and GPU)"
@@ -66,5 +77,7 @@ help:
 	@echo "make bench        the benchmark sweep (tools/), results in $(BUILD)/bench/"
 	@echo "make plots        figures from $(BUILD)/bench/results.csv"
 	@echo "make demo         the class demo alone"
-	@echo "make clean        remove $(BUILD)/ and build-asan/"
+	@echo "make python       the optional PyTorch binding's library (python/README.md)"
+	@echo "make test-python  its pytest suite (needs PyTorch)"
+	@echo "make clean        remove $(BUILD)/, build-asan/ and build-python/"
 	@echo "make help         this list"

@@ -5,7 +5,7 @@
 #   make bench, make plots   see tools/
 # Like `make test`, every per-label target leaves out the tests labelled big (2^31-element runs that need most of the
 # machine's memory); `make test-big` is the one target that runs them.
-foreach(label common phase1 phase2 phase3 phase4 phase5 phase6 phase7 phase8 hardening tools docs lineage gpu)
+foreach(label common phase1 phase2 phase3 phase4 phase5 phase6 phase7 phase8 hardening tools docs lineage gpu python)
   add_custom_target(test-${label}
     COMMAND ${CMAKE_CTEST_COMMAND} --output-on-failure -L "^${label}$$" -LE "^big$$" -j ${FA_TEST_JOBS}
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR} USES_TERMINAL)
