@@ -209,6 +209,7 @@ int main(int argc, char **argv) {
     free(o);
     free(lse);
     fa_free_reference(&ref);
+    fa_free_half_rule(&rule);
     fa_free_half_inputs(&half);
     fa_free_inputs(&in);
     return status;

@@ -116,6 +116,7 @@ static void check_against_oracle(const fs_problem *p, const char *name, const ch
     double *want = fa_alloc_doubles(2 * nq + 2 * nkv + nrow, "the oracle's outputs");
     double *wo = want, *wdq = wo + nq, *wdk = wdq + nq, *wdv = wdk + nkv, *wlse = wdv + nkv;
     fa_magnitudes mag;
+    memset(&mag, 0, sizeof mag);
     ext_oracle_forward(&shape, &e, in64, in64 + nq, in64 + nq + nkv, NULL, wo, wlse, &mag);
     ext_oracle_backward(&shape, &e, in64, in64 + nq, in64 + nq + nkv, in64 + nq + 2 * nkv, wo, wlse, NULL, wdq, wdk,
                         wdv, &mag);
@@ -125,6 +126,7 @@ static void check_against_oracle(const fs_problem *p, const char *name, const ch
         const double err = relative_error(checks[c].got, checks[c].want, checks[c].n);
         EXPECT_MSG(err <= tol, "%s, %s: error %.3g against the oracle, more than %.1g", name, checks[c].tensor, err, tol);
     }
+    fa_free_magnitudes(&mag);
     free(in), free(half), free(out), free(in64), free(want);
 }
 
