@@ -88,6 +88,17 @@ float fa_half_to_float(uint16_t h, int dtype) {
     return dtype == FA_DTYPE_BF16 ? fa_bf16_to_float(h) : fa_fp16_to_float(h);
 }
 
+double fa_half_score_in_double(const uint16_t *q_row, int64_t stride_qd, const uint16_t *k, int64_t stride_ks,
+                               int64_t stride_kd, int64_t max_key, int64_t D, float scale, int dtype) {
+    if (max_key < 0) return NAN;
+    const uint16_t *k_row = k + max_key * stride_ks;
+    double dot = 0.0;
+    for (int64_t d = 0; d < D; d++)
+        dot += (double)fa_half_to_float(q_row[d * stride_qd], dtype) *
+               (double)fa_half_to_float(k_row[d * stride_kd], dtype);
+    return (double)scale * dot;
+}
+
 float fa_round_to_dtype(float x, int dtype) {
     return dtype == FA_DTYPE_FP32 ? x : fa_half_to_float(fa_float_to_half(x, dtype), dtype);
 }

@@ -38,6 +38,11 @@ float fa_half_to_float(uint16_t h, int dtype);
 // x rounded to dtype and back to float (exact); FA_DTYPE_FP32 returns x.
 float fa_round_to_dtype(float x, int dtype);
 
+// score_in_double (fa_math.h) for half inputs: scale * q_row . k_row(max_key), in double, from the half values a
+// tensor-core kernel multiplies (each exact in float, each product exact in double). max_key < 0 gives NaN.
+double fa_half_score_in_double(const uint16_t *q_row, int64_t stride_qd, const uint16_t *k, int64_t stride_ks,
+                               int64_t stride_kd, int64_t max_key, int64_t D, float scale, int dtype);
+
 // Rounds x[0..n) to dtype in place.
 void fa_round_floats(float *x, int64_t n, int dtype);
 // h[i] = the bits of x[i] in dtype.

@@ -92,4 +92,29 @@ __device__ __forceinline__ void cp_async_16(void *shared_destination, const void
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// --- The LSE of a row at large logits (fa_math.h, score_in_double), in the tensor-core forwards -----------------
+// A row's scores are spread over the 4 lanes of its quad (lanes 4g .. 4g + 3, the C layout above), so the key that
+// gave the row's max is agreed over the quad: each lane passes the last of its own keys whose score equals the tile's
+// max (or -1), and every lane receives the largest of the four, the last such key of the tile, which is the key the
+// CPU twins pick. Called by the whole warp.
+__device__ __forceinline__ int64_t quad_last_key(int64_t key) {
+    key = max(key, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)key, 1));
+    return max(key, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)key, 2));
+}
+
+__device__ __forceinline__ float half_to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float half_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// scale * q_row . k_row(max_key) in double, from the half values the mma multiplied (fa_half_score_in_double on the
+// CPU); rows of D contiguous elements, k_row = k + max_key * stride_ks. max_key < 0 (the row saw no key) gives NaN.
+template <typename T>
+__device__ double score_in_double_half(const T *q_row, const T *k, int64_t stride_ks, int64_t max_key, int D,
+                                       float scale) {
+    if (max_key < 0) return nan("");
+    const T *k_row = k + max_key * stride_ks;
+    double dot = 0.0;
+    for (int d = 0; d < D; d++) dot += (double)half_to_float(q_row[d]) * (double)half_to_float(k_row[d]);
+    return (double)scale * dot;
+}
+
 #endif

@@ -45,6 +45,7 @@ typedef struct {
     float *p_tile;                 // [ROWS, N_pad]   scores, then probabilities, of ROWS rows (the GPU: P in shared)
     float *acc;                    // [M_pad, D_pad]  unnormalised output rows
     float *m_i, *l_i;              // [M_pad]         running max (base 2) and running sum of each row
+    int64_t *max_key;              // [M_pad]         the key that gave each row's max (fa_math.h, score_in_double)
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
@@ -68,6 +69,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.acc = w.p_tile + ROWS * w.N_pad;
     w.m_i = w.acc + w.M_pad * w.D_pad;
     w.l_i = w.m_i + w.M_pad;
+    w.max_key = malloc(sizeof(int64_t) * w.M_pad);
+    if (!w.max_key) fa_die("out of memory for the CPU tiles");
     // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
@@ -136,6 +139,7 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
         for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
         w->m_i[i] = -INFINITY;
         w->l_i[i] = 0.0f;
+        w->max_key[i] = -1;
     }
 
     for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
@@ -179,6 +183,10 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
 #pragma omp simd reduction(max : m_tile)
                 for (int j = 0; j < n_keys_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
                 const float m_old = w->m_i[i0 + r], m_new = m_tile > m_old ? m_tile : m_old;
+                // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
+                if (m_tile > m_old)
+                    for (int j = 0; j < n_keys_pad; j++)
+                        if (s[j] == m_tile) w->max_key[i0 + r] = k_start + j;
                 // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
                 const float m_use = m_new == -INFINITY ? 0.0f : m_new;
                 float row_sum = 0.0f;
@@ -200,12 +208,15 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
     }
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
-    // rebuild its row of P. m_i is in base 2 and can be large: one fused multiply-add, one rounding.
+    // rebuild its row of P, from the max key's score in double (fa_math.h, score_in_double).
     for (int i = 0; i < rows; i++) {
         const float inv_l = 1.0f / w->l_i[i];
         for (int64_t d = 0; d < D; d++)
             o[(q_start + i) * o_strides.s + d * o_strides.d] = w->acc[i * D_pad + d] * inv_l;
-        lse[q_start + i] = fmaf(w->m_i[i], LN2, logf(w->l_i[i]));
+        float residual;   // (step 1 stores no residual)
+        const double s_max = score_in_double(q + (q_start + i) * q_strides.s, q_strides.d, k, k_strides.s,
+                                             k_strides.d, w->max_key[i], D, shape->scale);
+        lse[q_start + i] = lse_from_max_score(s_max, w->m_i[i], w->l_i[i], &residual);
     }
 }
 
@@ -229,5 +240,6 @@ void flash_forward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, 
                                v_strides, o, o_strides, lse, &w);
             }
         free(w.q_tile);
+        free(w.max_key);
     }
 }

@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(THREADS, regtile<D, BLOCK_M, BLOCK_N>::MIN_BLO
 flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, const float *__restrict__ k,
                              fa_strides k_strides, const float *__restrict__ v, fa_strides v_strides,
                              float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse, int64_t S_q,
-                             int64_t S_k, int64_t H, int64_t bh_first, int64_t q_tile_top, float qk_scale,
-                             int causal) {
+                             int64_t S_k, int64_t H, int64_t bh_first, int64_t q_tile_top, float scale,
+                             float qk_scale, int causal) {
     using cfg = regtile<D, BLOCK_M, BLOCK_N>;
     constexpr int ROWS = cfg::ROWS, KEYS = cfg::KEYS, D4 = cfg::D4, O_CHUNKS = cfg::O_CHUNKS;
     constexpr int LD4 = cfg::LD4, LDP4 = cfg::LDP4;
@@ -132,12 +132,16 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
 
     float4 acc[ROWS][O_CHUNKS];
     float m_i[ROWS], l_i[ROWS];   // l_i: this thread's share of the row sum (its KEYS keys of every tile)
+    // The key that gave each row's m_i (fa_math.h, score_in_double), kept by the row's thread tx = 0. In shared
+    // memory, not in registers: a thread's 8 rows would take 16 more registers, and at 128 the kernel would spill.
+    __shared__ int64_t max_key[BLOCK_M];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
 #pragma unroll
         for (int c = 0; c < O_CHUNKS; c++) acc[r][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         m_i[r] = -INFINITY;
         l_i[r] = 0.0f;
+        if (tx == 0) max_key[row0 + r] = -1;
     }
 
     for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
@@ -200,6 +204,20 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
             for (int offset = 1; offset < THREADS_N; offset *= 2)
                 m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, offset));
             const float m_new = fmaxf(m_i[r], m_tile);
+            // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double): the last key of
+            // the tile with that score, as on the CPU (each thread its own last one, then the largest of the 16).
+            // After the first tiles the max seldom moves, so the warp searches only when one of its rows' did.
+            const bool moved = m_tile > m_i[r];
+            if (__any_sync(FULL_WARP, moved)) {
+                int64_t key = -1;
+#pragma unroll
+                for (int c = 0; c < KEYS; c++)
+                    if (s[r][c] == m_tile) key = k_start + tx + THREADS_N * c;
+#pragma unroll
+                for (int offset = 1; offset < THREADS_N; offset *= 2)
+                    key = max(key, (int64_t)__shfl_xor_sync(FULL_WARP, (long long)key, offset));
+                if (moved && tx == 0) max_key[row0 + r] = key;
+            }
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
             float row_sum = 0.0f;
@@ -254,7 +272,7 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     }
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
-    // rebuild its row of P. m_i is in base 2 and can be large: one fused multiply-add, one rounding.
+    // rebuild its row of P, from the max key's score in double (fa_math.h, score_in_double).
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         float l = l_i[r];
@@ -269,7 +287,12 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
                 reinterpret_cast<float4 *>(o + row * o_strides.s)[o_col4[c]] =
                     make_float4(acc[r][c].x * inv_l, acc[r][c].y * inv_l, acc[r][c].z * inv_l, acc[r][c].w * inv_l);
         }
-        if (tx == 0) lse[row] = fmaf(m_i[r], LN2, logf(l));
+        if (tx == 0) {
+            float residual;   // (step 1 stores no residual)
+            const double s_max = score_in_double(q + row * q_strides.s, 1, k, k_strides.s, 1, max_key[row0 + r], D,
+                                                 scale);
+            lse[row] = lse_from_max_score(s_max, m_i[r], l, &residual);
+        }
     }
 }
 
@@ -282,15 +305,16 @@ template <int D, int BLOCK_M, int BLOCK_N>
 static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, const float *k, fa_strides k_strides,
                    const float *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
     auto kernel = flash_forward_regtile_kernel<D, BLOCK_M, BLOCK_N>;
-    const int bytes = regtile<D, BLOCK_M, BLOCK_N>::SMEM_FLOAT4 * (int)sizeof(float4);
+    const int bytes = regtile<D, BLOCK_M, BLOCK_N>::SMEM_FLOAT4 * (int)sizeof(float4);   // the tiles (dynamic)
+    const int key_bytes = BLOCK_M * (int)sizeof(int64_t);                                // max_key (static)
     static_assert(regtile<D, BLOCK_M, BLOCK_N>::SMEM_FLOAT4 * 16 == (BLOCK_M + 2 * BLOCK_N) * (D + PAD) * 4 +
-                  BLOCK_N * (BLOCK_M + PAD) * 4, "the header's flash_forward_regtile_cuda_smem_bytes agrees");
+                  BLOCK_N * (BLOCK_M + PAD) * 4, "the header's smem bytes agree (+ max_key)");
     int device = 0, max_bytes = 0;
     FA_CUDA_CHECK(cudaGetDevice(&device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&max_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (bytes > max_bytes)
+    if (bytes + key_bytes > max_bytes)
         fa_die("phase 5 step 1 with D = %d and %d x %d tiles needs %d bytes of shared memory per block, this GPU has "
-               "%d: use smaller tiles (--block-m 64 --block-n 32)", D, BLOCK_M, BLOCK_N, bytes, max_bytes);
+               "%d: use smaller tiles (--block-m 64 --block-n 32)", D, BLOCK_M, BLOCK_N, bytes + key_bytes, max_bytes);
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const int64_t q_tiles = (shape->Sq + BLOCK_M - 1) / BLOCK_M, BH = shape->B * shape->H;
     const float qk_scale = shape->scale * LOG2E;
@@ -301,7 +325,8 @@ static void launch(const fa_shape *shape, const float *q, fa_strides q_strides, 
             const unsigned int heads = (unsigned int)(BH - bh_first < MAX_GRID_X ? BH - bh_first : MAX_GRID_X);
             kernel<<<dim3(heads, tiles), THREADS, bytes>>>(q, q_strides, k, k_strides, v, v_strides, o, o_strides,
                                                            lse, shape->Sq, shape->Sk, shape->H, bh_first,
-                                                           q_tiles - 1 - y_first, qk_scale, shape->causal);
+                                                           q_tiles - 1 - y_first, shape->scale, qk_scale,
+                                                           shape->causal);
             FA_CUDA_CHECK_LAUNCH();
         }
     }

@@ -28,7 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
-// m_i and l_i are in base 2: LSE = LN2 * m_i + log(l_i), one fmaf (LOG2E and LN2: common/fa_math.h)
+// m_i and l_i are in base 2: LSE = LN2 * m_i + log(l_i), where LN2 * m_i is the max key's score again, in double
+// (fa_math.h, score_in_double; LOG2E and LN2 there too)
 
 // ---------------------------------------------------------------------------------------------------------------
 // Copies rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a [ROWS][D] tile in shared memory, 16
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(BLOCK_M / WARP_ROWS * WARP_SIZE)
 flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k,
                          fa_strides k_strides, const T *__restrict__ v, fa_strides v_strides,
                          float *__restrict__ o, fa_strides o_strides, float *__restrict__ lse, int64_t S_q,
-                         int64_t S_k, int64_t H, int64_t bh_first, float qk_scale, int causal) {
+                         int64_t S_k, int64_t H, int64_t bh_first, float scale, float qk_scale, int causal) {
     constexpr int THREADS = BLOCK_M / WARP_ROWS * WARP_SIZE;
     constexpr int D_STEPS = D / MMA_K;            // mma steps of S = Q K^T along d
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S (one accumulator fragment each)
@@ -94,6 +95,7 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8
+    int64_t max_key[2] = {-1, -1};   // the keys that gave m_i (fa_math.h, score_in_double)
 
     for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
         // The three causal stages, as in phase 3; the stage depends on the block's indices only.
@@ -152,6 +154,20 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
             const float m_new = fmaxf(m_i[r], m_tile);
+            // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double); the quad agrees
+            // on the tile's last key with that score (quad_last_key). After the first tiles the max seldom moves, so
+            // the warp searches only when one of its rows' did.
+            const bool moved = m_tile > m_i[r];
+            if (__any_sync(FULL_WARP, moved)) {
+                int64_t key = -1;
+#pragma unroll
+                for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (s[kb][2 * r + e] == m_tile) key = k_start + kb * MMA_N + 2 * t + e;
+                key = quad_last_key(key);
+                if (moved) max_key[r] = key;
+            }
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
             // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
@@ -208,7 +224,11 @@ flash_forward_mma_kernel(const T *__restrict__ q, fa_strides q_strides, const T 
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) lse[row] = fmaf(m_i[r], LN2, logf(l_i[r]));
+        if (t == 0) {   // LSE from the max key's score in double, from the half values the mma multiplied
+            float residual;   // (the tensor-core forward stores no residual)
+            const double s_max = score_in_double_half(q + row * q_strides.s, k, k_strides.s, max_key[r], D, scale);
+            lse[row] = lse_from_max_score(s_max, m_i[r], l_i[r], &residual);
+        }
     }
 }
 
@@ -238,7 +258,8 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         kernel<<<dim3(q_tiles, heads_in_launch(BH, bh_first)), BLOCK_M / WARP_ROWS * WARP_SIZE, smem_bytes>>>(
             static_cast<const T *>(q), q_strides, static_cast<const T *>(k), k_strides, static_cast<const T *>(v),
-            v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first, qk_scale, shape->causal);
+            v_strides, o, o_strides, lse, shape->Sq, shape->Sk, shape->H, bh_first, shape->scale, qk_scale,
+            shape->causal);
         FA_CUDA_CHECK_LAUNCH();
     }
 }

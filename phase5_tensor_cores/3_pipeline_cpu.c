@@ -40,6 +40,7 @@ typedef struct {
     float *acc;             // [BLOCK_M, D_pad]  unnormalised output rows
     float *m_i, *l_i;       // [BLOCK_M]         running max (raw scores) and running sum of each row
     float *s;               // [N_pad]           one row's scores, then its probabilities p, rounded to the half type
+    int64_t *max_key;       // [BLOCK_M]         the key that gave each row's max (fa_math.h, score_in_double)
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
@@ -62,6 +63,8 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.m_i = w.acc + block_m * w.D_pad;
     w.l_i = w.m_i + block_m;
     w.s = w.l_i + block_m;
+    w.max_key = malloc(sizeof(int64_t) * block_m);
+    if (!w.max_key) fa_die("out of memory for the CPU tiles");
     // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
     for (int64_t x = 0; x < workspace_floats(D, block_m, block_n); x++) w.q_tile[x] = 0.0f;
     return w;
@@ -92,6 +95,7 @@ static int64_t q_tile_program(const fa_shape *shape, int dtype, int BLOCK_M, int
         for (int64_t d = 0; d < D_pad; d++) w->acc[i * D_pad + d] = 0.0f;
         w->m_i[i] = -INFINITY;
         w->l_i[i] = 0.0f;
+        w->max_key[i] = -1;
     }
 
     int64_t tiles = 0;
@@ -142,6 +146,10 @@ static int64_t q_tile_program(const fa_shape *shape, int dtype, int BLOCK_M, int
 #pragma omp simd reduction(max : m_tile)
                 for (int j = 0; j < N_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
                 const float m_new = m_tile > w->m_i[i] ? m_tile : w->m_i[i];
+                // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
+                if (m_tile > w->m_i[i])
+                    for (int j = 0; j < N_pad; j++)
+                        if (s[j] == m_tile) w->max_key[i] = k_start + j;
                 // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
                 const float m_use = m_new == -INFINITY ? 0.0f : m_new, m_scaled = m_use * qk_scale;
 
@@ -180,7 +188,11 @@ static int64_t q_tile_program(const fa_shape *shape, int dtype, int BLOCK_M, int
         const float inv_l = 1.0f / w->l_i[i];
         for (int64_t d = 0; d < D; d++)
             o[(q_start + i) * o_strides.s + d * o_strides.d] = w->acc[i * D_pad + d] * inv_l;
-        lse[q_start + i] = fmaf(w->m_i[i], shape->scale, logf(w->l_i[i]));   // m_i is raw: scale * m_i is its log
+        // LSE from the max key's score in double (m_i is raw: m_i * qk_scale is the max in base 2).
+        float residual;   // (the tensor-core forward stores no residual)
+        const double s_max = fa_half_score_in_double(q + (q_start + i) * q_strides.s, q_strides.d, k, k_strides.s,
+                                                     k_strides.d, w->max_key[i], D, shape->scale, dtype);
+        lse[q_start + i] = lse_from_max_score(s_max, w->m_i[i] * qk_scale, w->l_i[i], &residual);
     }
     return tiles;
 }
@@ -206,6 +218,7 @@ void flash_forward_pipeline_cpu(const fa_shape *shape, int dtype, int block_m, i
                                           k_strides, v, v_strides, o, o_strides, lse, &w);
             }
         free(w.q_tile);
+        free(w.max_key);
     }
     if (tiles_visited) *tiles_visited = visited;
 }

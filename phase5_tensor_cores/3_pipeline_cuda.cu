@@ -122,6 +122,7 @@ flash_forward_pipeline_kernel(const T *__restrict__ q, fa_strides q_strides, con
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
+    int64_t max_key[2] = {-1, -1};   // the keys that gave m_i (fa_math.h, score_in_double)
 
     // Tile 0 always exists and is never in the future (row q_start sees key 0).
     for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
@@ -186,6 +187,20 @@ flash_forward_pipeline_kernel(const T *__restrict__ q, fa_strides q_strides, con
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
             const float m_new = fmaxf(m_i[r], m_tile);
+            // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double); the quad agrees
+            // on the tile's last key with that score (quad_last_key). After the first tiles the max seldom moves, so
+            // the warp searches only when one of its rows' did.
+            const bool moved = m_tile > m_i[r];
+            if (__any_sync(FULL_WARP, moved)) {
+                int64_t key = -1;
+#pragma unroll
+                for (int kb = 0; kb < KEY_BLOCKS; kb++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (s[kb][2 * r + e] == m_tile) key = k_start + kb * MMA_N + 2 * t + e;
+                key = quad_last_key(key);
+                if (moved) max_key[r] = key;
+            }
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
             m_scaled[r] = m_use * qk_scale;
@@ -243,7 +258,11 @@ flash_forward_pipeline_kernel(const T *__restrict__ q, fa_strides q_strides, con
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) lse[row] = fmaf(m_i[r], scale, logf(l_i[r]));   // m_i is raw: scale * m_i is its log
+        if (t == 0) {   // LSE from the max key's score in double (m_i is raw: m_i * qk_scale is the max in base 2)
+            float residual;   // (the tensor-core forward stores no residual)
+            const double s_max = score_in_double_half(q + row * q_strides.s, k, k_strides.s, max_key[r], D, scale);
+            lse[row] = lse_from_max_score(s_max, m_i[r] * qk_scale, l_i[r], &residual);
+        }
     }
 }
 

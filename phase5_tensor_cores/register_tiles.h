@@ -37,11 +37,12 @@ static inline int regtile_cuda_supports_tiles(int block_m, int block_n) {
     return (block_m == 128 && block_n == 64) || (block_m == 64 && (block_n == 64 || block_n == 32));
 }
 // Bytes of shared memory one CUDA thread block uses: the Q, K and V tiles with rows of D + 4 floats and P with rows
-// of BLOCK_M + 4 (the padding that keeps the reads free of bank conflicts; 1_register_tiles_cuda.cu explains it).
+// of BLOCK_M + 4 (the padding that keeps the reads free of bank conflicts; 1_register_tiles_cuda.cu explains it), and
+// the key that gave each row's max (8 bytes a row, for the LSE).
 #define REGTILE_CUDA_PAD 4
 static inline int64_t flash_forward_regtile_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     const int64_t tile_rows = block_m + 2 * (int64_t)block_n;
-    return (tile_rows * (D + REGTILE_CUDA_PAD) + block_n * (int64_t)(block_m + REGTILE_CUDA_PAD)) * 4;
+    return (tile_rows * (D + REGTILE_CUDA_PAD) + block_n * (int64_t)(block_m + REGTILE_CUDA_PAD)) * 4 + block_m * 8;
 }
 
 #ifdef __cplusplus

@@ -115,3 +115,13 @@ fa_add_bad_input_test(NAME phase5_bad_step4_D32_cuda LABEL phase5 BINARY phase5_
 fa_add_bad_input_test(NAME phase5_bad_dq_mode LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype fp16 --step 4 --dq some)
 fa_add_bad_input_test(NAME phase5_bad_dq_forward_step LABEL phase5 BINARY phase5_tensor_cores
                       ARGS --dtype fp16 --step 3 --dq atomic)
+
+# Large logits (q, k with the spread of 8 * randn): steps 1 to 3, CPU and CUDA, fp16 and bf16 for the tensor-core
+# steps, on four seeds of four shapes: FlashAttention's rule against the straightforward implementation at the same
+# precision, and LSE within one unit in float32's last place (test_large_logits_tc.c).
+add_executable(test_large_logits_tc test_large_logits_tc.c)
+target_link_libraries(test_large_logits_tc PRIVATE phase5_kernels phase1_naive_kernels)
+add_test(NAME phase5_cpu_large_logits COMMAND test_large_logits_tc cpu)
+set_tests_properties(phase5_cpu_large_logits PROPERTIES LABELS "phase5;cpu")
+add_test(NAME phase5_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_large_logits_tc> cuda)
+set_tests_properties(phase5_cuda_large_logits PROPERTIES LABELS "phase5;gpu" SKIP_RETURN_CODE 77)
