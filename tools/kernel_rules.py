@@ -112,15 +112,16 @@ def online_softmax_trace(scores, values, tile):
 
 # --- The backward on tensor cores (chapter 07): its five products and who owns them. -----------------------------
 BACKWARD_SOURCE = os.path.join(os.path.dirname(SOURCE), "4_backward_cuda.cu")
+BACKWARD_TILES = os.path.join(os.path.dirname(SOURCE), "backward_tiles.cuh")   # what the two passes share
 
 
 def backward_products(path=BACKWARD_SOURCE):
-    """The product table of 4_backward_cuda.cu's header: [(product, A operand, B operand, how B is fetched)], and its
-    #define constants (WARPS, WARP_ROWS)."""
+    """The product table of 4_backward_cuda.cu's header: [(product, A operand, B operand, how B is fetched)], and the
+    #define constants of the two passes (WARPS in backward_tiles.cuh, WARP_ROWS)."""
     with open(path) as f:
         text = f.read()
     rows = re.findall(r"^//\s{5}(\S.*?=.*?)\s{2,}(\S.*?)\s{2,}(\S.*?)\s{2,}(ldmatrix\S*)", text, re.MULTILINE)
-    constants = defines(SHARED_HEADERS + [path])
+    constants = defines(SHARED_HEADERS + [path, BACKWARD_TILES])
     return [tuple(x.strip() for x in row) for row in rows], constants
 
 

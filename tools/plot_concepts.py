@@ -10,7 +10,8 @@ online_softmax.png (docs/02): a Q tile, the K/V tiles streamed past it, and one 
 pipeline.png (docs/06): the order of events in phase 5's step 2 and step 3 K-tile loops (copy, wait, barrier,
     compute), as phase5_tensor_cores/2_mma_cuda.cu and 3_pipeline_cuda.cu issue them; an order, not a timing.
 backward_warps.png (docs/07): the five products of the backward on tensor cores and which warp owns which rows in
-    each pass, from the product table and the constants (WARPS, WARP_ROWS) of phase5_tensor_cores/4_backward_cuda.cu.
+    each pass, from the product table of phase5_tensor_cores/4_backward_cuda.cu and the constants (WARPS, WARP_ROWS)
+    of the passes.
 Needs matplotlib; exit status 0, 2 on a usage error, 77 (skipped) without it.
 """
 import math

@@ -1,0 +1,166 @@
+// 4_backward_dkdv_cpu.c - phase 5, step 4, on the CPU: the dK/dV pass of the tensor-core backward, fp16 or bf16.
+//
+// What it adds over phase 4's dK/dV pass (phase4_backward/backward_dkdv_cpu.c): Q, K, V and dO arrive in a half type
+//   and are read into float32 tiles (exactly); every product is a float32 sum of exact products of half values, as
+//   on a tensor core; P is rounded to the half type before dV += P^T dO, and dS before dK += dS^T Q (and, in the
+//   atomic variant, dQ += dS K), because on the GPU each of them becomes the half A operand of an mma; dS itself is
+//   formed from the float32 P, and Delta, LSE and the gradients stay float32. The pass walks the problem the way the
+//   GPU's warps do: by keys (a warp owns 16 keys and computes S^T = K Q^T). So the CPU and the GPU round at the same
+//   points and agree to float32 differences (the order of the additions).
+//   And it is register-blocked as step 1 (phase5_tensor_cores/1_register_tiles_cpu.c), for the same reason: each
+//   product is computed ROWS keys x VEC columns at a time, in one of two micro-kernels named after the CUDA twin's two
+//   mma loops (backward_tiles.h): sums along d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T) and sums along the
+//   rows of a tile (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with
+//   AVX512_BF16, the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
+//   phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran).
+// The dQ pass: phase5_tensor_cores/4_backward_dq_cpu.c; the preprocess and the order: 4_backward_cpu.c.
+// CUDA twin: phase5_tensor_cores/4_backward_dkdv_cuda.cu
+// Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_dkdv_cpu.c
+// Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
+#include "backward_tiles.h"   // the tiles and micro-kernels both passes share
+
+#include "fa_exp2.h"
+#include "fa_contract.h"
+#include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
+
+#include <string.h>
+
+// One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
+FA_SIMD_CLONES
+static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
+                         const tc_backward_tensors *t, int atomic_dq, workspace *w) {
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
+    const int64_t D_pad = w->D_pad;
+    const float scale = shape->scale, qk_scale = scale * LOG2E;
+    const int64_t b = bh / shape->H, h = bh % shape->H;
+    const uint16_t *q = (const uint16_t *)t->q + b * t->q_strides.b + h * t->q_strides.h;
+    const uint16_t *k = (const uint16_t *)t->k + b * t->k_strides.b + h * t->k_strides.h;
+    const uint16_t *v = (const uint16_t *)t->v + b * t->v_strides.b + h * t->v_strides.h;
+    const uint16_t *dout = (const uint16_t *)t->dout + b * t->do_strides.b + h * t->do_strides.h;
+    const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
+    const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
+    float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
+    const int bf16_dot = bf16_dot_available(dtype);
+
+    stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
+    stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
+    if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
+        memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
+        bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_a, NULL, 0);
+        bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_b, NULL, 0);
+    }
+    for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
+
+    // Causal: the Q tiles that end before this K/V tile starts see none of its keys.
+    const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M;
+    for (int64_t q_tile = shape->causal ? k_start / BLOCK_M : 0; q_tile < n_q_tiles; q_tile++) {
+        const int64_t q_start = q_tile * BLOCK_M;
+        const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
+        if (stage == TILE_FUTURE) continue;
+        const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
+        stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
+        stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
+        if (bf16_dot) {
+            bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_a, M_pad);
+            bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_b, M_pad);
+        }
+        for (int i = 0; i < BLOCK_M; i++) {
+            w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
+            w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
+        }
+
+        // The warps' keys, ROWS at a time: keys c0 .. c0 + ROWS - 1 are ROWS rows of S^T = K Q^T and dP^T = V dO^T.
+        // The last group may run past the tile's keys: those rows of K and V are zeros, their P is 0 and their dK
+        // and dV are never stored (as on the GPU).
+        for (int c0 = 0; c0 < keys; c0 += ROWS) {
+            float *s = w->s, *dp = w->dp;   // [ROWS][M_pad]
+            // 1. s_ci = K_c . Q_i and dp_ci = V_c . dO_i for every query i of the tile, float32 sums of exact
+            //    products (the first two mmas), VEC queries at a time.
+            for (int64_t i0 = 0; i0 < M_pad; i0 += VEC) {
+                if (bf16_dot) {
+                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s + i0, M_pad);
+                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp + i0, M_pad);
+                    continue;
+                }
+                along_d_micro_kernel(w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
+                along_d_micro_kernel(w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
+            }
+            // 2. P^T from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a query
+            //    before the key), dS^T from the float32 P, and then both rounded to the half type: the A operands of
+            //    dV's and dK's mmas. (Two loops: the first one vectorises, the rounding is a call per value.)
+            for (int r = 0; r < ROWS; r++) {
+                const int64_t key = k_start + c0 + r;
+                // The queries that see this key: i_first .. i_end - 1 (none for a key past S_k).
+                const int64_t i_first = stage == TILE_DIAGONAL && key > q_start ? key - q_start : 0;
+                const int64_t i_end = c0 + r < keys ? rows : 0;
+                float *s_c = s + r * M_pad, *dp_c = dp + r * M_pad;
+#pragma omp simd
+                for (int64_t i = 0; i < M_pad; i++) {
+                    const float x = s_c[i] * qk_scale - w->lse2[i];
+                    const float p = fa_exp2(i >= i_first && i < i_end ? x : -INFINITY);   // 2^-inf = 0
+                    dp_c[i] = p * (dp_c[i] - w->delta[i]);
+                    s_c[i] = p;
+                }
+                for (int64_t i = 0; i < M_pad; i++) {
+                    s_c[i] = fa_round_to_dtype(s_c[i], dtype);
+                    dp_c[i] = fa_round_to_dtype(dp_c[i], dtype);
+                }
+            }
+            // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci Q_i (the second and fourth mmas), ROWS keys x VEC
+            //    dims at a time.
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
+                along_rows_micro_kernel(s, M_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
+                along_rows_micro_kernel(dp, M_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
+            }
+            // The GPU's trip through shared memory: dS^T of every warp, read back as dS rows for dQ.
+            if (atomic_dq)
+                for (int r = 0; r < ROWS; r++)
+                    for (int64_t i = 0; i < M_pad; i++) w->ds_tile[i * N_pad + c0 + r] = dp[r * M_pad + i];
+        }
+
+        if (atomic_dq) {
+            // This tile's share of dQ: dQ_i += scale * sum_c dS_ic K_c (the fifth mma), ROWS queries at a time,
+            // added atomically: other threads add into the same rows from their own K/V tiles, in an order that
+            // changes from run to run. Queries past `rows` have dS = 0 and are never added.
+            float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
+            for (int i0 = 0; i0 < rows; i0 += ROWS) {
+                for (int64_t x = 0; x < ROWS * D_pad; x++) w->dq_rows[x] = 0.0f;
+                for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
+                    along_rows_micro_kernel(w->ds_tile + i0 * N_pad, N_pad, keys, w->k_tile + d0, D_pad,
+                                            w->dq_rows + d0);
+                for (int r = 0; r < ROWS && i0 + r < rows; r++) {
+                    float *dq_i = dq + (q_start + i0 + r) * t->dq_strides.s;
+                    for (int64_t d = 0; d < D; d++) {
+#pragma omp atomic update
+                        dq_i[d * t->dq_strides.d] += scale * w->dq_rows[r * D_pad + d];
+                    }
+                }
+            }
+        }
+    }
+
+    // Each dK_j and dV_j is written once, by the one program that owns its K/V tile; dK takes the scale here.
+    float *dk = t->dk + b * t->dk_strides.b + h * t->dk_strides.h;
+    float *dv = t->dv + b * t->dv_strides.b + h * t->dv_strides.h;
+    for (int c = 0; c < keys; c++)
+        for (int64_t d = 0; d < D; d++) {
+            dk[(k_start + c) * t->dk_strides.s + d * t->dk_strides.d] = scale * dk_acc[c * D_pad + d];
+            dv[(k_start + c) * t->dv_strides.s + d * t->dv_strides.d] = dv_acc[c * D_pad + d];
+        }
+}
+
+void backward_tc_dkdv_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t,
+                          int atomic_dq) {
+    const int64_t BH = shape->B * shape->H, n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
+#pragma omp parallel
+    {
+        workspace w = workspace_alloc(shape->D, block_m, block_n);
+        // The loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, tile): one iteration is one thread block.
+        // Dynamic: under the causal mask the tiles' work differs.
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
+                dkdv_program(shape, dtype, block_m, block_n, bh, kv_tile * block_n, t, atomic_dq, &w);
+        free(w.q_tile);   // the start of the one allocation
+    }
+}

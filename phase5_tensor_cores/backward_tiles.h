@@ -1,0 +1,147 @@
+// backward_tiles.h - phase 5, step 4 on the CPU: what its two passes share (4_backward_dkdv_cpu.c, the dK/dV pass,
+// and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
+// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on.
+// 4_backward_cpu.c runs the preprocess and the two passes in order.
+#ifndef BACKWARD_TILES_H
+#define BACKWARD_TILES_H
+
+#include "fa_baselines.h"   // step 4's entry points and tensors
+
+#include "bf16_dot.h"
+
+#include "fa_half.h"
+#include "fa_tensor.h"
+
+#include <stdlib.h>
+
+// P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
+// The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 1's sizes).
+// Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
+#define ROWS 4
+#define VEC 16
+_Static_assert(ROWS == BF16_DOT_ROWS && VEC == BF16_DOT_COLS, "bf16_dot_along_d computes ROWS x VEC blocks");
+
+static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers. The two
+// passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
+typedef struct {
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of VEC
+    int64_t R_pad;                 // the larger of M_pad and N_pad
+    float *q_tile, *do_tile;       // [M_pad, D_pad]  Q and dO rows (half values, exact in float32)
+    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
+    float *k_tile, *v_tile;        // [N_pad, D_pad]  K and V rows
+    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dQ pass sums along the keys
+    float *lse2, *delta;           // [M_pad]         LSE_i * LOG2E and Delta_i of the Q tile
+    float *acc_a, *acc_b;          // [max(M, N)_pad, D_pad]  dK and dV (dK/dV pass), dQ (dQ pass) accumulators
+    float *s, *dp;                 // [ROWS, M_pad] rows of S^T (then P^T, rounded) and of dP^T (then dS^T, rounded);
+                                   // [ROWS, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
+    float *ds_tile;                // [M_pad, N_pad]  dS of the tile, rounded, for the atomic dQ (shared memory)
+    float *dq_rows;                // [ROWS, D_pad]   the atomic dQ's share of ROWS rows, before it is added
+    // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
+    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
+    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] Q and dO (dK/dV pass), K and V (dQ pass)
+} workspace;
+
+static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
+    const int64_t M_pad = round_up(block_m, VEC), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
+    const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
+    return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
+           2 * ROWS * R_pad + M_pad * N_pad + ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles, next to each other
+}
+
+static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
+    workspace w;
+    w.M_pad = round_up(block_m, VEC), w.N_pad = round_up(block_n, VEC), w.D_pad = round_up(D, VEC);
+    const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
+    w.R_pad = R_pad;
+    float *next = fa_alloc_floats(total, "the tiles of one backward program");
+    for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
+    w.q_tile = next, next += w.M_pad * w.D_pad;
+    w.do_tile = next, next += w.M_pad * w.D_pad;
+    w.q_t = next, next += D * w.M_pad;
+    w.do_t = next, next += D * w.M_pad;
+    w.k_tile = next, next += w.N_pad * w.D_pad;
+    w.v_tile = next, next += w.N_pad * w.D_pad;
+    w.k_t = next, next += D * w.N_pad;
+    w.v_t = next, next += D * w.N_pad;
+    w.lse2 = next, next += w.M_pad;
+    w.delta = next, next += w.M_pad;
+    w.acc_a = next, next += R_pad * w.D_pad;
+    w.acc_b = next, next += R_pad * w.D_pad;
+    w.s = next, next += ROWS * R_pad;
+    w.dp = next, next += ROWS * R_pad;
+    w.ds_tile = next, next += w.M_pad * w.N_pad;
+    w.dq_rows = next, next += ROWS * w.D_pad;
+    uint16_t *bits = (uint16_t *)next;
+    w.rows_a = bits, bits += R_pad * w.D_pad;
+    w.rows_b = bits, bits += R_pad * w.D_pad;
+    w.pairs_a = bits, bits += R_pad * w.D_pad;
+    w.pairs_b = bits;
+    return w;
+}
+
+// Rows first .. first + count - 1 of a [S, D] half tensor (its head's start, row stride, d stride) into float32
+// tiles: `rows` as [count][D_pad] and, when `cols` is not NULL, transposed as [D][cols_pad]. Rows past `exist` are
+// zeros, as the GPU's loads make them.
+static inline void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t first, int64_t count,
+                              int64_t exist, int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
+    for (int64_t r = 0; r < count; r++)
+        for (int64_t d = 0; d < D; d++) {
+            const float value = first + r < exist ? fa_half_to_float(x[(first + r) * strides.s + d * strides.d], dtype)
+                                                  : 0.0f;
+            rows[r * D_pad + d] = value;
+            if (cols) cols[d * cols_pad + r] = value;
+        }
+}
+
+// The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
+// registers because the row loop is unrolled completely and the column loop vectorised; every product of the two
+// passes is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
+//
+// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
+// columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
+// once and ROWS values of a, and does ROWS * VEC multiply-adds with them.
+static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
+                                        float *out, int64_t out_pad) {
+    float sum[ROWS][VEC] = {{0.0f}};
+    for (int64_t d = 0; d < D; d++) {
+        const float *b_d = b_t + d * b_pad;
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const float a_rd = a[r * D_pad + d];
+#pragma omp simd
+            for (int jj = 0; jj < VEC; jj++) sum[r][jj] += a_rd * b_d[jj];
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int jj = 0; jj < VEC; jj++) out[r * out_pad + jj] = sum[r][jj];
+}
+
+// Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
+// VEC dims of it), for ROWS rows of a ([ROWS][a_pad], the rounded P^T, dS^T or dS) and acc ([ROWS][D_pad]). The sums
+// start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
+static inline void along_rows_micro_kernel(const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
+                                           float *acc) {
+    float sum[ROWS][VEC];
+    for (int r = 0; r < ROWS; r++)
+        for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];
+    for (int i = 0; i < n; i++) {
+        const float *b_i = b + i * D_pad;
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS; r++) {
+            const float a_ri = a[r * a_pad + i];
+#pragma omp simd
+            for (int dd = 0; dd < VEC; dd++) sum[r][dd] += a_ri * b_i[dd];
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int dd = 0; dd < VEC; dd++) acc[r * D_pad + dd] = sum[r][dd];
+}
+
+// The two passes (each one parallel loop over its programs, the CUDA grid of its kernel) and the preprocess.
+void backward_tc_dkdv_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t,
+                          int atomic_dq);
+void backward_tc_dq_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t);
+
+#endif
