@@ -1,24 +1,18 @@
-// 3_pipeline_cuda.cu - phase 5, step 3, on the GPU: the tensor-core forward with swizzled shared memory and a
-// cp.async pipeline, fp16 or bf16 inputs.
+// 3_pipeline_cuda.cu - phase 5, step 3, on the GPU: the tensor-core forward with swizzled shared memory, a cp.async
+// pipeline and exp2 with the scale folded in, fp16 or bf16 inputs: the complete step 3 (3a and 3b lead up to it).
 //
-// What it adds over step 2 (phase5_tensor_cores/2_mma_cuda.cu):
-//   - XOR-swizzled shared memory. A tile row of D halves is D/8 chunks of 16 bytes; ldmatrix reads one chunk from
-//     each of 8 consecutive rows at once, and with rows 128 or 256 bytes long those 8 chunks sit in the same 4 of the
-//     32 banks: an 8-way conflict, 8 passes. Storing chunk c of row r at chunk position c ^ (r % 8) puts the 8 chunks
-//     in 8 different positions of a 128-byte line: all 32 banks, one pass. (swizzle() below; the CPU has no banks.)
-//   - cp.async, double-buffered K and V tiles: the copy of tile n + 1 from global to shared memory is issued before
-//     tile n is computed, and runs while the tensor cores work; no thread waits for it in registers.
-//   - exp2 with the scale folded in: the max is taken on the raw scores, and p = exp2(s * qk_scale - m * qk_scale) is
-//     one FMA and one exp2 per score (step 2: a multiply, a subtraction, an exp2); LSE = scale * m + log(l).
-//   - the tile: 128 x 64 (8 warps) by default, 64 x 64 on request; which is faster, and by how much, is for a
-//     measurement on an H100 to say (both are built).
+// What it adds over step 3b (phase5_tensor_cores/3b_cp_async_cuda.cu): exp2 with the scale folded in. The max is
+//   taken on the raw scores (a positive scale keeps their order), and p = exp2(s * qk_scale - m * qk_scale) is one
+//   FMA and one exp2 per score (steps 2 to 3b: a multiply, a subtraction, an exp2); LSE = scale * m + log(l). This
+//   changes where the kernel rounds, so it has its own CPU twin. With step 3a's swizzle (2_mma_cuda.cu -> 3a) and
+//   step 3b's cp.async double buffering (3a -> 3b), this is step 3: the forward that phases 7 and 8 build on.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (step 2's roundings, with the scale folded in the same way)
-// Diff:      diff -u phase5_tensor_cores/2_mma_cuda.cu phase5_tensor_cores/3_pipeline_cuda.cu
+// Diff:      diff -u phase5_tensor_cores/3b_cp_async_cuda.cu phase5_tensor_cores/3_pipeline_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 3 --dtype fp16 --B 4 --H 16 --S 4096 --D 64
 //
 // Needs sm_80 or newer (mma.m16n8k16 with bf16, cp.async). Thread mapping: block = BLOCK_M / 16 warps; warp w owns
 // query rows q_start + 16w .. q_start + 16w + 15; lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn
-// below.
+// below and in common/fa_mma.cuh (the PTX helpers).
 #include "fa_cuda_check.h"
 #include "fa_mma.cuh"    // the PTX helpers: ldmatrix, mma.sync, cp.async, and their fragment layouts
 #include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
@@ -31,6 +25,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+// m_i is in raw-score units: LSE = scale * m_i + log(l_i), where scale * m_i is the max key's score again, in double
+// (fa_math.h, score_in_double; LOG2E there too)
 
 #define SWIZZLE_ROWS 8 // rows whose chunks the swizzle spreads over the 8 chunk positions of a 128-byte line
 

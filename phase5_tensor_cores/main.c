@@ -1,7 +1,9 @@
 // main.c - phase 5 driver: how FlashAttention gets fast. Each step is a row of the tables, next to the baselines a
 // user would pick instead: phase 3 step 3 (the same algorithm, one thread per query row) and, on the CPU, naive
 // attention with BLAS (two sgemm calls and a vectorised softmax, S materialised; built when CMake finds a BLAS).
-// Every row runs on the same input and is checked against the same float64 oracle. Step 4 is the backward: the rows
+// Every row runs on the same input and is checked against the same float64 oracle. Step 3 is three rows, one
+// technique each: "step 3a swizzle", "step 3b cp.async" (GPU only: they change how the GPU moves data, and step 2's
+// CPU row is their twin) and "step 3 pipeline" (exp2 with the scale folded in). Step 4 is the backward: the rows
 // "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
 // step 3 forward's O and LSE, and are checked by the half-precision rule for gradients. Step 5 is the float32
 // backward with step 4's register tiles, on the CPU only: rows "step 5 bwd det" and "step 5 bwd atomic" beside
@@ -30,7 +32,8 @@ static const int CUDA_HEAD_DIMS[] = REGTILE_CUDA_HEAD_DIMS;
 static const fa_cli_spec SPEC = {
     .program = "phase5_tensor_cores",
     .summary = "Phase 5: how FlashAttention gets fast. (1) register tiles in float32, (2) mma.sync tensor cores, (3) "
-               "swizzle and cp.async, (4) the backward on tensor cores, (5) the float32 backward with step 4's "
+               "swizzle (3a), cp.async (3b) and exp2 with the scale folded in (3; --step 3 runs all three), (4) "
+               "the backward on tensor cores, (5) the float32 backward with step 4's "
                "register tiles (CPU); with phase 3 step 3 (phase 4 for step 5) and, on the CPU, naive attention with "
                "BLAS on the same input.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
@@ -112,6 +115,16 @@ static void run_mma_cuda(void *p) {
     const tc_forward_tensors t = half_forward_tensors(a);
     flash_forward_mma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
 }
+static void run_swizzle_cuda(void *p) {
+    const row_args *a = p;
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_swizzle_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
+}
+static void run_cp_async_cuda(void *p) {
+    const row_args *a = p;
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_cp_async_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
+}
 static void run_pipeline_cuda(void *p) {
     const row_args *a = p;
     const tc_forward_tensors t = half_forward_tensors(a);
@@ -119,11 +132,14 @@ static void run_pipeline_cuda(void *p) {
 }
 #else
 #define run_mma_cuda NULL        // no architecture of this build is sm_80 or newer (phase5_tensor_cores/CMakeLists.txt)
+#define run_swizzle_cuda NULL
+#define run_cp_async_cuda NULL
 #define run_pipeline_cuda NULL
 #endif
 
 // The rows, in the order they are printed. step 0 marks a baseline, run whatever --step says; a step row runs when
-// --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side.
+// --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side: steps 3a and 3b change only
+// how the GPU moves data, so their CPU twin is step 2's row (--step 3 runs 3a, 3b and 3, the rows of one ablation).
 typedef struct {
     const char *label;
     int step;
@@ -147,6 +163,10 @@ static const row_kind ROWS[] = {
      flash_forward_regtile_cuda_smem_bytes, regtile_cuda_supports_tiles, REGTILE_CUDA_TILES_TEXT, 0},
     {"step 2 mma", 2, run_mma_cpu, run_mma_cuda, 0, flash_forward_mma_cpu_workspace_bytes,
      flash_forward_mma_cuda_smem_bytes, tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
+    {"step 3a swizzle", 3, NULL, run_swizzle_cuda, 0, NULL, flash_forward_mma_cuda_smem_bytes, tc_cuda_supports_tiles,
+     TC_CUDA_TILES_TEXT, 1},
+    {"step 3b cp.async", 3, NULL, run_cp_async_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
+     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
     {"step 3 pipeline", 3, run_pipeline_cpu, run_pipeline_cuda, 0, flash_forward_pipeline_cpu_workspace_bytes,
      flash_forward_pipeline_cuda_smem_bytes, tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
 };

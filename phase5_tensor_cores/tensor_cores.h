@@ -3,10 +3,12 @@
 //   step 2 (2_mma_*):      tensor cores through mma.sync.m16n8k16 (inline PTX) fed by ldmatrix; one warp owns 16
 //                          query rows, keeps its Q fragments in registers for the whole K loop, runs the online
 //                          softmax on its accumulator fragments and turns P into the A operand of P V in registers.
-//   step 3 (3_pipeline_*): + XOR-swizzled shared memory (ldmatrix without bank conflicts), cp.async double-buffered
-//                          K/V tiles (the next tile loads while this one computes), exp2 with the scale folded into
-//                          one FMA.
-// Both keep phase 3's causal pruning (causal_tile_stage) and store the LSE.
+//   step 3a (3a_swizzle_cuda.cu):  + XOR-swizzled shared memory (ldmatrix without bank conflicts); GPU only, its CPU
+//                          twin is step 2's (the same arithmetic).
+//   step 3b (3b_cp_async_cuda.cu): + cp.async double-buffered K/V tiles (the next tile loads while this one
+//                          computes); GPU only, its CPU twin is step 2's.
+//   step 3 (3_pipeline_*): + exp2 with the scale folded into one FMA: the complete step 3 (declared in fa_baselines.h).
+// All keep phase 3's causal pruning (causal_tile_stage) and store the LSE.
 //
 // Types: Q, K and V are dtype (FA_DTYPE_FP16 or FA_DTYPE_BF16, fa_half.h): uint16_t bits on the host, the same bits
 // on the device (`const void *`, __half or __nv_bfloat16 there). O is float32 [B, H, Sq, D] (the check then sees the
@@ -36,7 +38,14 @@ void flash_forward_mma_cuda(const fa_shape *shape, int dtype, int block_m, int b
 // Bytes of working memory one CPU thread needs (its tiles); one copy per step file, like phase 3.
 int64_t flash_forward_mma_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
 
-// Shared memory per block of step 2: the Q tile and the K and V tiles, halves.
+// Steps 3a and 3b, the CUDA kernels alone (their CPU twin is flash_forward_mma_cpu): the arguments of step 2.
+void flash_forward_swizzle_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                const tc_forward_tensors *t);
+void flash_forward_cp_async_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                 const tc_forward_tensors *t);
+
+// Shared memory per block of steps 2 and 3a: the Q tile and the K and V tiles, halves. (Step 3b: that of step 3,
+// flash_forward_pipeline_cuda_smem_bytes, two buffers of the K and V tiles.)
 static inline int64_t flash_forward_mma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     return ((int64_t)block_m + 2 * (int64_t)block_n) * D * 2;
 }

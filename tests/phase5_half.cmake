@@ -28,6 +28,25 @@ foreach(entry ${phase5_half_shapes})
   endforeach()
 endforeach()
 
+# Step 3 alone (--step 3: the rows 3a swizzle, 3b cp.async and 3 pipeline, one technique each; 3a and 3b are GPU
+# rows, their CPU twin is step 2's) on the odd shapes: lengths one past a tile, Sq != Sk both ways, one query row,
+# causal with Sq > Sk, both CUDA tiles.
+set(phase5_step3_shapes
+  "B2_H2_Sq129_Sk65_D64_causal|--B|2|--H|2|--Sq|129|--Sk|65|--D|64|--causal"
+  "B2_H2_Sq65_Sk129_D128|--B|2|--H|2|--Sq|65|--Sk|129|--D|128"
+  "B2_H2_Sq129_Sk65_D128_causal_tile64x64|--B|2|--H|2|--Sq|129|--Sk|65|--D|128|--causal|--block-m|64|--block-n|64"
+  "B3_H1_Sq1_Sk129_D64|--B|3|--H|1|--Sq|1|--Sk|129|--D|64")
+foreach(entry ${phase5_step3_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(dtype fp16 bf16)
+    foreach(impl cpu cuda)
+      fa_add_check_test(NAME phase5_${impl}_${dtype}_step3_${name} LABEL phase5 BINARY phase5_tensor_cores IMPL ${impl}
+                        ARGS --step 3 --dtype ${dtype} ${parts})
+    endforeach()
+  endforeach()
+endforeach()
+
 # CPU only: D that the GPU kernels do not take, and any tile size (steps 2 and 3 only: step 1's CUDA list is moot).
 foreach(dtype fp16 bf16)
   fa_add_check_test(NAME phase5_cpu_${dtype}_B2_H2_Sq33_Sk20_D40_tile17x5_causal LABEL phase5 BINARY phase5_tensor_cores
