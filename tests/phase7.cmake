@@ -37,3 +37,12 @@ fa_add_bad_input_test(NAME phase7_bad_fp32 LABEL phase7 BINARY phase7_hopper ARG
 fa_add_bad_input_test(NAME phase7_bad_tiles LABEL phase7 BINARY phase7_hopper
                       ARGS --impl cuda --dtype fp16 --step 3 --S 64 --D 64 --block-m 64 --block-n 64)
 fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 6 --S 64 --D 64)
+
+# The LSE at large logits (q, k ~ 8 * randn): every step by the half-precision rule, several seeds and shapes (C only;
+# built where the kernels are, exits 77 without a Hopper GPU).
+if(TARGET phase7_hopper_kernels)
+  add_executable(test_hopper_large_logits test_hopper_large_logits.c)
+  target_link_libraries(test_hopper_large_logits PRIVATE phase7_hopper_kernels)
+  add_test(NAME phase7_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_large_logits> cuda)
+  set_tests_properties(phase7_cuda_large_logits PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
+endif()
