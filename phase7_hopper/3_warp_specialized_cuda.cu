@@ -27,6 +27,7 @@
 #include "hopper.h"
 #include "tma.cuh"
 #include "max_key.cuh"
+#include "timeline.cuh"   // per-warp clock stamps, in the timeline build only
 #include "wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -39,8 +40,10 @@
 #define WGMMA_N 64          // columns of one wgmma's output: 64 keys (S = Q K^T) or 64 dimensions (O += P V)
 #define STAGES 2            // K/V buffers in the ring
 #define WARPGROUP_THREADS 128
+#ifndef PRODUCER_REGISTERS       // (the timeline build gives the producer more, for its stamps: timeline_cuda.cu)
 #define PRODUCER_REGISTERS 24    // setmaxnreg: what the producer keeps (it holds a few indices and addresses)
 #define CONSUMER_REGISTERS 240   // and what each consumer thread gets: 24 + 2 x 240 = 504 <= 65536 / 128 threads
+#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; TMA and mbarriers in tma.cuh; P's packing
@@ -66,16 +69,21 @@ typedef struct {
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile, T *k_tiles, T *v_tiles,
                                               uint64_t *q_landed, uint64_t *kv_landed, uint64_t *kv_empty,
-                                              int64_t q_start, int64_t h, int64_t b) {
+                                              int64_t q_start, int64_t h, int64_t b, warp_timeline &timeline) {
     constexpr int TILE = BLOCK_N * D;
+    timeline.begin();
     mbarrier_arrive_expect_tx(q_landed, BLOCK_M * D * sizeof(T));
     for (int c = 0; c < D / ATOM_HALVES; c++)
         tma_load_4d(q_tile + c * BLOCK_M * ATOM_HALVES, &p.q_map, c * ATOM_HALVES, (int)q_start, (int)h, (int)b,
                     q_landed);
+    timeline.end(TIMELINE_PRODUCER_ISSUE, -1);
     for (int64_t k_start = 0, n = 0; k_start < p.S_k; k_start += BLOCK_N, n++) {
         if (causal_tile_stage(p.causal, q_start, k_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k) == TILE_FUTURE) break;
         const int buffer = (int)(n % STAGES);
+        timeline.begin();
         if (n >= STAGES) mbarrier_wait(&kv_empty[buffer], (uint32_t)(n / STAGES - 1) % 2);
+        timeline.end(TIMELINE_PRODUCER_WAIT, n);
+        timeline.begin();
         mbarrier_arrive_expect_tx(&kv_landed[buffer], 2 * BLOCK_N * D * sizeof(T));
         for (int c = 0; c < D / ATOM_HALVES; c++) {
             tma_load_4d(k_tiles + buffer * TILE + c * BLOCK_N * ATOM_HALVES, &p.k_map, c * ATOM_HALVES, (int)k_start,
@@ -83,6 +91,7 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
             tma_load_4d(v_tiles + buffer * TILE + c * BLOCK_N * ATOM_HALVES, &p.v_map, c * ATOM_HALVES, (int)k_start,
                         (int)h, (int)b, &kv_landed[buffer]);
         }
+        timeline.end(TIMELINE_PRODUCER_ISSUE, n);
     }
 }
 
@@ -130,13 +139,15 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         fence_barrier_init();
     }
     __syncthreads();   // the barriers are initialised before anyone waits on them
+    warp_timeline timeline;   // the timeline build's stamps (timeline.cuh); nothing in the release build
+    timeline.open();
 
     // The producer warpgroup: gives up registers, and its first thread moves every tile.
     if (threadIdx.x < WARPGROUP_THREADS) {
         setmaxnreg_dec<PRODUCER_REGISTERS>();
         if (threadIdx.x == 0)
             produce_tiles<T, D, BLOCK_M, BLOCK_N>(p, q_tile, k_tiles, v_tiles, q_landed, kv_landed, kv_empty, q_start,
-                                                  h, b);
+                                                  h, b, timeline);
         return;
     }
     // The consumers: warp `warp` (0 .. BLOCK_M / 16 - 1) of the consumer warpgroups.
@@ -164,7 +175,10 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         if (stage == TILE_FUTURE) break;
         // Tile n lands in buffer n % STAGES, the (n / STAGES)-th time that buffer fills: that parity of its barrier.
         const int buffer = (int)(n % STAGES);
+        timeline.begin();
         mbarrier_wait(&kv_landed[buffer], (uint32_t)(n / STAGES) % 2);
+        timeline.end(TIMELINE_CONSUMER_WAIT, n);
+        timeline.begin();
         const T *k_tile = k_tiles + buffer * TILE, *v_tile = v_tiles + buffer * TILE;
 
         // S = Q K^T, 64 rows x BLOCK_N keys per warpgroup: s[kb] is this lane's accumulator fragment of keys
@@ -187,6 +201,8 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         wgmma_commit();
         wgmma_wait<0>();
         keep_in_registers<KEY_BLOCKS>(s);
+        timeline.end(TIMELINE_GEMM1, n);
+        timeline.begin();
 
         // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only
         // the diagonal tiles and the last tile have any (a test uniform over the block). The scores stay raw.
@@ -250,6 +266,8 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
             p_frag[ks][2] = pack_pair(s[2 * ks + 1][0], s[2 * ks + 1][1], T());
             p_frag[ks][3] = pack_pair(s[2 * ks + 1][2], s[2 * ks + 1][3], T());
         }
+        timeline.end(TIMELINE_SOFTMAX, n);
+        timeline.begin();
         keep_in_registers<D_BLOCKS>(o_acc);
         wgmma_fence();   // o_acc was rescaled and p_frag written by ordinary instructions
 #pragma unroll
@@ -262,6 +280,7 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         wgmma_commit();
         wgmma_wait<0>();
         keep_in_registers<D_BLOCKS>(o_acc);
+        timeline.end(TIMELINE_GEMM2, n);
 
         // This thread's warpgroup has read the buffer (its wgmmas are complete): the producer may refill it.
         mbarrier_arrive(&kv_empty[buffer]);

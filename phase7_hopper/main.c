@@ -5,14 +5,18 @@
 // Run: build/bin/phase7_hopper --dtype bf16                           (class defaults: B=1 H=4 S=1024 D=64)
 //      build/bin/phase7_hopper --impl cuda --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --check-heads 1
 //      build/bin/phase7_hopper --impl cuda --dtype fp16 --Sq 130 --Sk 100 --D 64 --causal
+// The timeline build (target phase7_timeline, timeline.h) also takes --timeline FILE: step 3's warp roles over time,
+// as CSV for tools/plot_timeline.py; the release build refuses it.
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_baselines.h"   // phase 5 step 3: the baseline and the CPU twin
 #include "hopper.h"
+#include "timeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
@@ -133,11 +137,52 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
     fa_check_and_time(report, opt, ref, &impl);
 }
 
+// --timeline FILE, taken out of argv before the shared parser sees it; NULL when absent.
+static const char *take_timeline_flag(int *argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--timeline") != 0) continue;
+        if (i + 1 >= *argc || argv[i + 1][0] == '\0') fa_die("--timeline needs a file name (the CSV to write)");
+        path = argv[i + 1];
+        for (int j = i; j + 2 <= *argc; j++) argv[j] = argv[j + 2];   // (argv[argc] is NULL, and moves too)
+        *argc -= 2;
+        i--;
+    }
+    if (path && !HOPPER_TIMELINE_BUILD)
+        fa_die("--timeline needs the timeline build of phase 7: cmake --build BUILD --target phase7_timeline, then "
+               "BUILD/bin/phase7_timeline");
+    return path;
+}
+
+#if FA_HAVE_CUDA && HOPPER_TIMELINE_BUILD
+// Step 3 once more, with its stamps on, and the events as CSV.
+static void record_timeline(fa_report *report, const fa_options *opt, const fa_device_half_inputs *dev, float *o,
+                            float *lse, const char *path) {
+    const fa_shape *shape = &opt->shape;
+    const fa_strides q_strides = fa_strides_contiguous(shape->H, shape->Sq, shape->D);
+    const fa_strides kv_strides = fa_strides_contiguous(shape->H, shape->Sk, shape->D);
+    const tc_forward_tensors t = {dev->q, dev->k, dev->v, q_strides, kv_strides, kv_strides, o, q_strides, lse};
+    hopper_timeline_event *events = malloc(sizeof *events * HOPPER_TIMELINE_EVENTS);
+    if (!events) fa_die("out of host memory for the timeline");
+    flash_forward_warp_specialized_timeline_cuda(shape, opt->dtype, opt->block_m, opt->block_n, &t, events);
+    const int64_t written = hopper_timeline_write_csv(path, events, HOPPER_TIMELINE_EVENTS);
+    free(events);
+    if (written < 0) fa_die("--timeline: cannot write %s", path);
+    fa_report_add_note(report, "timeline: %lld events of step 3 (blocks 0-%d of head 0) written to %s",
+                       (long long)written, HOPPER_TIMELINE_BLOCKS - 1, path);
+}
+#endif
+
 int main(int argc, char **argv) {
+    const char *timeline_path = take_timeline_flag(&argc, argv);
     fa_options opt;
     fa_parse_options(argc, argv, &SPEC, &opt);
     if (opt.dtype == FA_DTYPE_FP32)
         fa_die("phase 7 computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16");
+    if (timeline_path && !hopper_ws_cuda_supports_tiles(opt.block_m, opt.block_n))
+        fa_die("--timeline records step 3, whose tiles are --block-m x --block-n = %s (got %d x %d)",
+               HOPPER_WS_CUDA_TILES_TEXT, opt.block_m, opt.block_n);
+    if (timeline_path && !(opt.impl & FA_IMPL_CUDA)) fa_die("--timeline records a GPU kernel: drop --impl cpu");
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
         if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && !baseline_lacks_tiles(&opt, row) &&
@@ -200,11 +245,15 @@ int main(int argc, char **argv) {
             run_row(&report, &opt, &ref, &rule, 1, dev_half.q, dev_half.k, dev_half.v, o_dev, lse_dev, o, lse,
                     dev_half.upload_ms, &ROWS[r]);
         }
+#if HOPPER_TIMELINE_BUILD
+        if (timeline_path) record_timeline(&report, &opt, &dev_half, o_dev, lse_dev, timeline_path);
+#endif
         fa_gpu_free(o_dev);
         fa_gpu_free(lse_dev);
         fa_free_device_half_inputs(&dev_half);
     }
 #endif
+    if (timeline_path && !use_gpu) fa_report_add_note(&report, "timeline not recorded: no Hopper GPU in use");
     int status = fa_finish(&report, &opt);
     free(o);
     free(lse);

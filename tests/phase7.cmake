@@ -46,3 +46,19 @@ if(TARGET phase7_hopper_kernels)
   add_test(NAME phase7_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_large_logits> cuda)
   set_tests_properties(phase7_cuda_large_logits PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
 endif()
+
+# The timeline build's CSV writer and its chart, without a GPU: made-up events written and read back, then drawn
+# (tools/plot_timeline.py; skipped without matplotlib). The driver refuses --timeline in the release build.
+add_executable(test_hopper_timeline test_hopper_timeline.c)
+target_link_libraries(test_hopper_timeline PRIVATE phase7_timeline_csv)
+add_test(NAME phase7_timeline_csv COMMAND test_hopper_timeline ${CMAKE_CURRENT_BINARY_DIR}/phase7_timeline_test.csv)
+set_tests_properties(phase7_timeline_csv PROPERTIES LABELS "phase7;cpu" FIXTURES_SETUP phase7_timeline_csv)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME phase7_timeline_plot
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/plot_timeline.py
+                   ${CMAKE_CURRENT_BINARY_DIR}/phase7_timeline_test.csv -o ${CMAKE_CURRENT_BINARY_DIR}/phase7_timeline_test.png)
+  set_tests_properties(phase7_timeline_plot PROPERTIES LABELS "phase7;cpu" FIXTURES_REQUIRED phase7_timeline_csv
+                       SKIP_RETURN_CODE 77)
+endif()
+fa_add_bad_input_test(NAME phase7_bad_timeline LABEL phase7 BINARY phase7_hopper
+                      STDERR "timeline build" ARGS --dtype fp16 --S 64 --D 64 --timeline timeline.csv)
