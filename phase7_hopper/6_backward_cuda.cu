@@ -283,8 +283,8 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
     // This lane's two keys: key_g (C elements 0 and 1 of every fragment) and key_g + 8 (elements 2 and 3).
     const int64_t key_g = k_start + key0 + g;
 
-    // The K and V tiles stay in shared memory for the whole block; the warp reads its A fragments from them at each
-    // use (holding them in registers as well would spill at D = 128, beside the dK and dV accumulators).
+    // The K and V tiles stay in shared memory for the whole block: wgmma reads them there as the A operand of S^T and
+    // dP^T (and the atomic dQ reads K with ldmatrix).
     load_tile_async<T, D, BLOCK_N>(k_tile, k, k_strides.s, k_start, S_k);
     load_tile_async<T, D, BLOCK_N>(v_tile, v, v_strides.s, k_start, S_k);
 

@@ -1,4 +1,4 @@
-// hopper.h - phase 7: the forward on Hopper's own machinery (wgmma, and in later steps TMA and warp specialisation),
+// hopper.h - phase 7: the forward (and, step 6, the backward) on Hopper's own machinery (wgmma, TMA, warp roles),
 // fp16 or bf16 inputs, float32 accumulation, for sm_90a only.
 //
 //   step 1 (1_wgmma_*): wgmma.mma_async from shared memory (Q, K) and registers (P), one 64-row warpgroup per
