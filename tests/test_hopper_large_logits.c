@@ -7,9 +7,11 @@
 // products) is a few units off in its last place. Each phase 7 step builds its LSE from its max key's score computed
 // again in double (phase7_hopper/max_key.cuh), and is checked against the float64 oracle on the same half inputs by
 // the suite's half-precision rule (FlashAttention's): at most 2x the error of the straightforward attention at the
-// same precision (fa_half_reference_forward: float32 scores and LSE), row by row with relative errors. The LSE's
-// error in units in the last place of float32 at the largest |LSE| is printed beside it (the best a float32 LSE can
-// do is half of one). One draw proves little, so the rule is held on every draw of every shape.
+// same precision (fa_half_reference_forward: float32 scores and LSE), row by row with relative errors; and, since at
+// these logits the rule's allowance for the logits is wide, to within LSE_ULPS units in the last place of float32 at
+// the largest |LSE| (the best a float32 LSE can do is half of one; the straightforward attention, whose max score is
+// a float32 sum, is off by up to 3.6 on these draws, and so would a kernel without the max key). One draw proves
+// little, so both are held on every draw of every shape.
 #include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
@@ -26,6 +28,7 @@
 
 #define LOGIT_AMPLITUDE 14.0f   // uniform in [-14, 14): standard deviation 8.1, as 8 * randn
 #define SEEDS 3
+#define LSE_ULPS 2.0            // units in the last place of float32 at the largest |LSE|
 
 static int failures = 0;
 
@@ -110,13 +113,14 @@ static void check_draw(fa_shape s, int dtype, uint64_t seed) {
         const fa_rule rule = {.tolerance = FA_TOL_FORWARD, .bounds = mag.lse, .reference = &reference,
                               .reference_factor = 2.0};
         const fa_check c = fa_verify_rows(step->label, "LSE", lse, lse64, dims_lse, NULL, &rule);
-        const int ok = reference.pass && c.pass;
+        const double ulps = max_abs_err(lse, lse64, nl) / ulp;
+        const int ok = reference.pass && c.pass && ulps <= LSE_ULPS;
         printf("%s %s seed %llu B=%lld H=%lld Sq=%lld Sk=%lld D=%lld%s tiles %dx%d: LSE %.2fx the reference's "
                "rel err (%.2e vs %.2e), %.2f ulp (reference %.2f)%s  %s\n",
                step->label, fa_dtype_name(dtype), (unsigned long long)seed, (long long)s.B, (long long)s.H,
                (long long)s.Sq, (long long)s.Sk, (long long)s.D, s.causal ? " causal" : "", step->block_m,
                step->block_n, reference.max_rel_err > 0.0 ? c.max_rel_err / reference.max_rel_err : 0.0,
-               c.max_rel_err, reference.max_rel_err, max_abs_err(lse, lse64, nl) / ulp,
+               c.max_rel_err, reference.max_rel_err, ulps,
                max_abs_err(ref_lse, lse64, nl) / ulp, reference.pass ? "" : " (the reference itself failed)",
                ok ? "ok" : "FAIL");
         if (!ok) failures++;
