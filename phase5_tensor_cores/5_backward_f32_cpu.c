@@ -2,15 +2,19 @@
 //
 // What it changes from step 4's CPU twin (phase5_tensor_cores/4_backward_cpu.c): the inputs are float32 (phase 4's
 //   backward_tensors) and nothing is rounded to a half type: P and dS enter dV, dK and dQ as the float32 values they
-//   are, as in phase 4. Everything else is step 4's: the same two passes (dK/dV by keys, dQ by queries), the same
-//   tiles, and the five products in the same two register-blocked micro-kernels (along_d_micro_kernel,
-//   along_rows_micro_kernel), ROWS x VEC sums in vector registers. Two details come from phase 4 instead
-//   (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is the base-2 score the
-//   forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual (lse_to_base2), so
-//   that the largest p of a row comes back as accurately as the forward stored it. Delta is phase 4's preprocess
-//   (backward_preprocess_cpu()). This is the CPU's fast float32 backward: the one to compare with phase 4's, which
-//   computes one row at a time, and with what a CPU library does. It has no CUDA twin: on the GPU the float32
-//   backward is phase 4's, and the tiled one is step 4, on tensor cores.
+//   are, as in phase 4. And one pass instead of two: a CPU thread owns a whole head, runs its K/V tiles one after
+//   the other, and adds each tile's share of dQ into dQ in place, in the order a separate dQ pass would (keys in
+//   order, from the running sum), so it computes S and dP once per tile pair instead of twice: five products where
+//   step 4 computes seven (kv_tile_program). S and dP are computed by queries (S = Q K^T, VEC keys per vector), and
+//   dV += P^T dO, dK += dS^T Q read P and dS by columns; the products are step 4's two register-blocked
+//   micro-kernels (along_d_micro_kernel, along_rows_micro_kernel), ROWS x VEC sums in vector registers. Two details
+//   come from phase 4 instead (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is
+//   the base-2 score the forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual
+//   (lse_to_base2), so that the largest p of a row comes back as accurately as the forward stored it. Delta is
+//   phase 4's preprocess (backward_preprocess_cpu()). This is the CPU's fast float32 backward: the one to compare
+//   with phase 4's, which computes one row at a time, and with what a CPU library does. It has no CUDA twin: on the
+//   GPU the float32 backward is phase 4's, and the tiled one is step 4, on tensor cores (whose blocks of one head
+//   run at the same time, so dQ needs its own pass or atomics there).
 // Diff:      diff -u phase5_tensor_cores/4_backward_cpu.c phase5_tensor_cores/5_backward_f32_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 5 --B 1 --H 8 --S 2048 --D 64 --threads 2 --dq both
 #include "register_tiles.h"
