@@ -23,10 +23,15 @@ def run_binding(q, k, v, dout, deterministic=True, **features):
 
 def check_rule(got, truth, yardstick, seen_rows=None):
     """got, truth, yardstick: (O, LSE, dQ, dK, dV). LSE is compared on the rows that see a key (the others hold
-    the largest float by the kernels' rule, and -inf in the truth)."""
+    the largest float by the kernels' rule, and -inf in the truth). A gradient is measured against the largest of
+    the three: with one key (Sk = 1) softmax has zero derivative, so dQ and dK are exactly zero in float64, and what a
+    kernel leaves there (dP - Delta, two sums of the same terms in different orders) is rounding, small next to dV."""
+    gradient_size = max(t.abs().max().item() for t in truth[2:])
     for name, g, t, y, factor in zip(("O", "LSE", "dQ", "dK", "dV"), got, truth, yardstick, (2, 2, 3, 3, 3)):
         where = seen_rows if name == "LSE" else None
-        err, allowed = relative_error(g, t, where), factor * relative_error(y, t, where) + FLOAT32_FLOOR
+        size = gradient_size if name in ("dQ", "dK", "dV") else 0.0
+        err = relative_error(g, t, where, size)
+        allowed = factor * relative_error(y, t, where, size) + FLOAT32_FLOOR
         assert err <= allowed, f"{name}: error {err:.3g} against float64, allowed {allowed:.3g}"
 
 
