@@ -11,7 +11,8 @@
 //   dropout_*   dropout: each probability of P is kept with probability 1 - p (and scaled by 1 / (1 - p)) or dropped,
 //               by a mask regenerated from counters (Philox, philox.h) in the forward, the backward and the oracle.
 //   splitkv_*   split-KV decoding: the keys of one head are split over many blocks, each writes a partial O and its
-//               LSE, and a combine pass merges the partials by their LSEs (the online softmax once more).
+//               running max and sum, and a combine pass merges the partials by their maxima (the online softmax once
+//               more).
 //
 // Each feature file is phase3_forward_4d/3_lse_cpu.c (or 3_lse_cuda.cu) with that one feature added: `diff -u`
 // against it shows exactly the feature (docs/08-extensions.md lists the commands and their sizes). The tensors,
@@ -182,18 +183,41 @@ void flash_forward_varlen_cuda(const fa_shape *shape, const int64_t *cu_seqlens,
 
 // --- Split-KV decoding (splitkv_*): Q, O, K, V contiguous [B, H, S, D]; S_q <= SPLITKV_MAX_SQ. ------------------
 // The keys of each head are cut into splitkv_num_splits(S_k) splits of SPLITKV_KEYS_PER_SPLIT keys (the last one
-// shorter). Pass 1 writes, per (head, split), the partial output of the split's keys, already normalised, and its
-// LSE (-inf for a split in which a row sees no key): o_part [B*H, splits, S_q, D], lse_part [B*H, splits, S_q].
-// Pass 2 (the combine) merges them per row: LSE = log sum_s exp(LSE_s), O = sum_s exp(LSE_s - LSE) O_s.
+// shorter). Pass 1 writes, per (head, split) and row, the partial output of the split's keys, already normalised, and
+// the split's online-softmax state: its running max m (base 2, -inf where the row sees no key in the split), its sum
+// l, and the key that gave m (max_key, -1 for none). Pass 2 (the combine) merges them per row as the online softmax
+// merges tiles: M = max_s m_s, L = sum_s l_s 2^(m_s - M), O = sum_s l_s 2^(m_s - M) O_s / L; the row's largest
+// score is the max key of the split whose m_s is M, and LSE comes from that key's score in double (fa_math.h).
 // Causal uses bottom_right's alignment, as the kernels of align_* do.
 #define SPLITKV_MAX_SQ 16
 #define SPLITKV_KEYS_PER_SPLIT 1024
 static inline int64_t splitkv_num_splits(int64_t S_k) {
     return (S_k + SPLITKV_KEYS_PER_SPLIT - 1) / SPLITKV_KEYS_PER_SPLIT;
 }
-// Floats of the partials (o_part and lse_part together) the caller provides as `partials`.
+// The partials, each [B*H, splits, S_q] (o: [B*H, splits, S_q, D]), carved from the one float buffer `partials` the
+// caller provides (host or device memory alike: this is pointer arithmetic only).
+typedef struct {
+    float *o;             // the split's output, normalised by its own sum
+    float *m, *l;         // the split's running max (base 2) and sum
+    int64_t *max_key;     // the key that gave m (its row in the head's K), -1 when the row sees no key in the split
+} splitkv_partials;
+static inline int64_t splitkv_partial_rows(const fa_shape *shape) {
+    return shape->B * shape->H * splitkv_num_splits(shape->Sk) * shape->Sq;
+}
+// o first (16-byte aligned for the GPU's float4), then the keys, 2 floats each, at an even float (8-byte aligned).
+static inline int64_t splitkv_keys_offset(const fa_shape *shape) {
+    const int64_t o_floats = splitkv_partial_rows(shape) * shape->D;
+    return o_floats + o_floats % 2;
+}
+// Floats of the partials the caller provides as `partials`: o, max_key (2 floats each), m and l.
 static inline int64_t splitkv_partial_floats(const fa_shape *shape) {
-    return shape->B * shape->H * splitkv_num_splits(shape->Sk) * shape->Sq * (shape->D + 1);
+    return splitkv_keys_offset(shape) + 4 * splitkv_partial_rows(shape);
+}
+static inline splitkv_partials splitkv_partials_of(float *partials, const fa_shape *shape) {
+    const int64_t rows = splitkv_partial_rows(shape), keys = splitkv_keys_offset(shape);
+    const splitkv_partials p = {partials, partials + keys + 2 * rows, partials + keys + 3 * rows,
+                                (int64_t *)(partials + keys)};
+    return p;
 }
 void flash_decode_splitkv_cpu(const fa_shape *shape, int bottom_right, const float *q, const float *k, const float *v,
                               float *o, float *lse, float *partials);

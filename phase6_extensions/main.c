@@ -586,7 +586,7 @@ static void run_row(fa_report *report, const fa_options *opt, const problem *p, 
                               .run = dev->is_cuda ? run_on_gpu : run_on_cpu};
     if (kind == ROW_SPLITKV) {
         impl.extra_bytes = splitkv_partial_floats(s) * (int64_t)sizeof(float);
-        impl.extra_what = "partial O, LSE";
+        impl.extra_what = "partial O, m, l, key";
     } else if (ROWS[kind].backward) {
         const int64_t dkdv_bytes = backward_dkdv_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);
         const int64_t dq_bytes = backward_dq_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n);

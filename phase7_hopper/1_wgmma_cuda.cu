@@ -26,6 +26,7 @@
 #include "fa_half.h"
 #include "fa_contract.h"
 #include "hopper.h"
+#include "max_key.cuh"
 #include "wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -115,6 +116,7 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
+    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
 
     // Tile 0 always exists and is never in the future (row q_start sees key 0).
     for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
@@ -182,6 +184,7 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
             for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
+            update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -244,7 +247,8 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) lse[row] = fmaf(m_i[r], scale, logf(l_i[r]));   // m_i is raw: scale * m_i is its log
+        if (t == 0)   // from the max key's score in double (max_key.cuh)
+            lse[row] = row_lse(q + row * q_strides.s, k, k_strides.s, max_key[r], D, scale, qk_scale, m_i[r], l_i[r]);
     }
 }
 

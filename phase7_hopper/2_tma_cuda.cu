@@ -25,6 +25,7 @@
 #include "fa_contract.h"
 #include "hopper.h"
 #include "tma.cuh"
+#include "max_key.cuh"
 #include "wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -51,6 +52,8 @@ typedef struct {
     int64_t S_q, S_k, H, bh_first;
     float scale, qk_scale;
     int causal;
+    const void *q, *k;                 // Q and K again, for the LSE's max score in double (max_key.cuh)
+    fa_strides q_strides, k_strides;
 } forward_params;
 
 // Asks the copy engine for the K and V tiles that start at key k_start (each D / 64 boxes of 64 x BLOCK_N) into one
@@ -95,6 +98,8 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
     const float qk_scale = p.qk_scale;
     float *o = p.o + b * p.o_strides.b + h * p.o_strides.h;
     float *lse = p.lse + bh * S_q;
+    const T *q_head = static_cast<const T *>(p.q) + b * p.q_strides.b + h * p.q_strides.h;
+    const T *k_head = static_cast<const T *>(p.k) + b * p.k_strides.b + h * p.k_strides.h;
 
     // Causal: the last Q tiles see the most keys, and the first blocks launched get them.
     const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
@@ -127,6 +132,7 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
+    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
 
     // Tile 0 always exists and is never in the future (row q_start sees key 0).
     for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
@@ -183,6 +189,7 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
             for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
+            update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -251,7 +258,9 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * p.o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) lse[row] = fmaf(m_i[r], p.scale, logf(l_i[r]));   // m_i is raw: scale * m_i is its log
+        if (t == 0)   // from the max key's score in double (max_key.cuh)
+            lse[row] = row_lse(q_head + row * p.q_strides.s, k_head, p.k_strides.s, max_key[r], D, p.scale, qk_scale,
+                               m_i[r], l_i[r]);
     }
 }
 
@@ -280,7 +289,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
                         make_tensor_map(k, k_strides, shape, shape->Sk, BLOCK_N),
                         make_tensor_map(v, v_strides, shape, shape->Sk, BLOCK_N),
                         o, o_strides, lse, shape->Sq, shape->Sk, shape->H, 0, shape->scale, shape->scale * LOG2E,
-                        shape->causal};
+                        shape->causal, q, k, q_strides, k_strides};
     const int64_t BH = shape->B * shape->H;
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         p.bh_first = bh_first;

@@ -26,6 +26,8 @@
 #include "fa_contract.h"
 #include "hopper.h"
 #include "tma.cuh"
+#include "max_key.cuh"
+#include "timeline.cuh"   // per-warp clock stamps, in the timeline build only
 #include "wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -38,8 +40,10 @@
 #define WGMMA_N 64          // columns of one wgmma's output: 64 keys (S = Q K^T) or 64 dimensions (O += P V)
 #define STAGES 2            // K/V buffers in the ring
 #define WARPGROUP_THREADS 128
+#ifndef PRODUCER_REGISTERS       // (the timeline build gives the producer more, for its stamps: timeline_cuda.cu)
 #define PRODUCER_REGISTERS 24    // setmaxnreg: what the producer keeps (it holds a few indices and addresses)
 #define CONSUMER_REGISTERS 240   // and what each consumer thread gets: 24 + 2 x 240 = 504 <= 65536 / 128 threads
+#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // The PTX helpers: wgmma, its descriptors and its protocol in wgmma.cuh; TMA and mbarriers in tma.cuh; P's packing
@@ -55,6 +59,8 @@ typedef struct {
     int64_t S_q, S_k, H, bh_first;
     float scale, qk_scale;
     int causal;
+    const void *q, *k;                 // Q and K again, for the LSE's max score in double (max_key.cuh)
+    fa_strides q_strides, k_strides;
 } forward_params;
 
 // The producer: one thread asks the copy engine for the Q tile, then for every K/V tile the block needs, in order.
@@ -63,16 +69,21 @@ typedef struct {
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile, T *k_tiles, T *v_tiles,
                                               uint64_t *q_landed, uint64_t *kv_landed, uint64_t *kv_empty,
-                                              int64_t q_start, int64_t h, int64_t b) {
+                                              int64_t q_start, int64_t h, int64_t b, warp_timeline &timeline) {
     constexpr int TILE = BLOCK_N * D;
+    timeline.begin();
     mbarrier_arrive_expect_tx(q_landed, BLOCK_M * D * sizeof(T));
     for (int c = 0; c < D / ATOM_HALVES; c++)
         tma_load_4d(q_tile + c * BLOCK_M * ATOM_HALVES, &p.q_map, c * ATOM_HALVES, (int)q_start, (int)h, (int)b,
                     q_landed);
+    timeline.end(TIMELINE_PRODUCER_ISSUE, -1);
     for (int64_t k_start = 0, n = 0; k_start < p.S_k; k_start += BLOCK_N, n++) {
         if (causal_tile_stage(p.causal, q_start, k_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k) == TILE_FUTURE) break;
         const int buffer = (int)(n % STAGES);
+        timeline.begin();
         if (n >= STAGES) mbarrier_wait(&kv_empty[buffer], (uint32_t)(n / STAGES - 1) % 2);
+        timeline.end(TIMELINE_PRODUCER_WAIT, n);
+        timeline.begin();
         mbarrier_arrive_expect_tx(&kv_landed[buffer], 2 * BLOCK_N * D * sizeof(T));
         for (int c = 0; c < D / ATOM_HALVES; c++) {
             tma_load_4d(k_tiles + buffer * TILE + c * BLOCK_N * ATOM_HALVES, &p.k_map, c * ATOM_HALVES, (int)k_start,
@@ -80,6 +91,7 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
             tma_load_4d(v_tiles + buffer * TILE + c * BLOCK_N * ATOM_HALVES, &p.v_map, c * ATOM_HALVES, (int)k_start,
                         (int)h, (int)b, &kv_landed[buffer]);
         }
+        timeline.end(TIMELINE_PRODUCER_ISSUE, n);
     }
 }
 
@@ -112,6 +124,8 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
     const float qk_scale = p.qk_scale;
     float *o = p.o + b * p.o_strides.b + h * p.o_strides.h;
     float *lse = p.lse + bh * S_q;
+    const T *q_head = static_cast<const T *>(p.q) + b * p.q_strides.b + h * p.q_strides.h;
+    const T *k_head = static_cast<const T *>(p.k) + b * p.k_strides.b + h * p.k_strides.h;
 
     // Causal: the last Q tiles see the most keys, and the first blocks launched get them.
     const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
@@ -125,13 +139,15 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         fence_barrier_init();
     }
     __syncthreads();   // the barriers are initialised before anyone waits on them
+    warp_timeline timeline;   // the timeline build's stamps (timeline.cuh); nothing in the release build
+    timeline.open();
 
     // The producer warpgroup: gives up registers, and its first thread moves every tile.
     if (threadIdx.x < WARPGROUP_THREADS) {
         setmaxnreg_dec<PRODUCER_REGISTERS>();
         if (threadIdx.x == 0)
             produce_tiles<T, D, BLOCK_M, BLOCK_N>(p, q_tile, k_tiles, v_tiles, q_landed, kv_landed, kv_empty, q_start,
-                                                  h, b);
+                                                  h, b, timeline);
         return;
     }
     // The consumers: warp `warp` (0 .. BLOCK_M / 16 - 1) of the consumer warpgroups.
@@ -150,6 +166,7 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
+    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
 
     // Tile 0 always exists and is never in the future (row q_start sees key 0).
     for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
@@ -158,7 +175,10 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         if (stage == TILE_FUTURE) break;
         // Tile n lands in buffer n % STAGES, the (n / STAGES)-th time that buffer fills: that parity of its barrier.
         const int buffer = (int)(n % STAGES);
+        timeline.begin();
         mbarrier_wait(&kv_landed[buffer], (uint32_t)(n / STAGES) % 2);
+        timeline.end(TIMELINE_CONSUMER_WAIT, n);
+        timeline.begin();
         const T *k_tile = k_tiles + buffer * TILE, *v_tile = v_tiles + buffer * TILE;
 
         // S = Q K^T, 64 rows x BLOCK_N keys per warpgroup: s[kb] is this lane's accumulator fragment of keys
@@ -181,6 +201,8 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         wgmma_commit();
         wgmma_wait<0>();
         keep_in_registers<KEY_BLOCKS>(s);
+        timeline.end(TIMELINE_GEMM1, n);
+        timeline.begin();
 
         // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only
         // the diagonal tiles and the last tile have any (a test uniform over the block). The scores stay raw.
@@ -206,6 +228,7 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
             for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
+            update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -243,6 +266,8 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
             p_frag[ks][2] = pack_pair(s[2 * ks + 1][0], s[2 * ks + 1][1], T());
             p_frag[ks][3] = pack_pair(s[2 * ks + 1][2], s[2 * ks + 1][3], T());
         }
+        timeline.end(TIMELINE_SOFTMAX, n);
+        timeline.begin();
         keep_in_registers<D_BLOCKS>(o_acc);
         wgmma_fence();   // o_acc was rescaled and p_frag written by ordinary instructions
 #pragma unroll
@@ -255,6 +280,7 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         wgmma_commit();
         wgmma_wait<0>();
         keep_in_registers<D_BLOCKS>(o_acc);
+        timeline.end(TIMELINE_GEMM2, n);
 
         // This thread's warpgroup has read the buffer (its wgmmas are complete): the producer may refill it.
         mbarrier_arrive(&kv_empty[buffer]);
@@ -271,7 +297,9 @@ flash_forward_warp_specialized_kernel(const __grid_constant__ forward_params p) 
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * p.o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) lse[row] = fmaf(m_i[r], p.scale, logf(l_i[r]));   // m_i is raw: scale * m_i is its log
+        if (t == 0)   // from the max key's score in double (max_key.cuh)
+            lse[row] = row_lse(q_head + row * p.q_strides.s, k_head, p.k_strides.s, max_key[r], D, p.scale, qk_scale,
+                               m_i[r], l_i[r]);
     }
 }
 
@@ -300,7 +328,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
                         make_tensor_map(k, k_strides, shape, shape->Sk, BLOCK_N),
                         make_tensor_map(v, v_strides, shape, shape->Sk, BLOCK_N),
                         o, o_strides, lse, shape->Sq, shape->Sk, shape->H, 0, shape->scale, shape->scale * LOG2E,
-                        shape->causal};
+                        shape->causal, q, k, q_strides, k_strides};
     const int64_t BH = shape->B * shape->H;
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         p.bh_first = bh_first;

@@ -24,6 +24,7 @@
 #include "fa_contract.h"
 #include "hopper.h"
 #include "tma.cuh"
+#include "max_key.cuh"
 #include "wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -55,6 +56,8 @@ typedef struct {
     int64_t S_q, S_k, H, bh_first;
     float scale, qk_scale;
     int causal;
+    const void *q, *k;                 // Q and K again, for the LSE's max score in double (max_key.cuh)
+    fa_strides q_strides, k_strides;
 } forward_params;
 
 // How many K tiles the block visits: up to the end of K or, causal, up to the first tile in the future.
@@ -147,7 +150,7 @@ __device__ __forceinline__ void issue_values(float o_acc[][4], uint32_t p_frag[]
 // in float32). The lane's rows are row_g and row_g + 8; a row's BLOCK_N scores are spread over the 4 lanes of a quad.
 template <typename T, int BLOCK_N>
 __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4], float m_i[2], float l_i[2],
-                                             float alpha[2], int stage, int64_t k_start, int64_t row_g, int64_t S_k,
+                                             int max_key[2], float alpha[2], int stage, int64_t k_start, int64_t row_g, int64_t S_k,
                                              float qk_scale, int t) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;
     // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only the
@@ -171,6 +174,7 @@ __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4],
         for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
         m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
         m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
+        update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
         const float m_new = fmaxf(m_i[r], m_tile);
         // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -229,6 +233,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
     const float qk_scale = p.qk_scale;
     float *o = p.o + b * p.o_strides.b + h * p.o_strides.h;
     float *lse = p.lse + bh * S_q;
+    const T *q_head = static_cast<const T *>(p.q) + b * p.q_strides.b + h * p.q_strides.h;
+    const T *k_head = static_cast<const T *>(p.k) + b * p.k_strides.b + h * p.k_strides.h;
 
     // Causal: the last Q tiles see the most keys, and the first blocks launched get them.
     const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
@@ -267,6 +273,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
+    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
 
     // Iteration n: the tensor phase computes tile n's scores (when n < n_tiles) and tile n - 1's P V (when n > 0),
     // the softmax phase tile n's P. Warpgroup 0 takes the first turn: warpgroup 1 gives it.
@@ -297,7 +304,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
 
         // The three causal stages, as in phase 3; the stage depends on the block's indices only.
         const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, alpha, stage, k_start, row_g, S_k, qk_scale, t);
+        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, max_key, alpha, stage, k_start, row_g, S_k, qk_scale, t);
         // O holds every tile before n, relative to the old max: alpha moves it to tile n's (a no-op for n = 0).
 #pragma unroll
         for (int db = 0; db < D_BLOCKS; db++)
@@ -316,7 +323,9 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * p.o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) lse[row] = fmaf(m_i[r], p.scale, logf(l_i[r]));   // m_i is raw: scale * m_i is its log
+        if (t == 0)   // from the max key's score in double (max_key.cuh)
+            lse[row] = row_lse(q_head + row * p.q_strides.s, k_head, p.k_strides.s, max_key[r], D, p.scale, qk_scale,
+                               m_i[r], l_i[r]);
     }
 }
 
@@ -345,7 +354,7 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
                         make_tensor_map(k, k_strides, shape, shape->Sk, BLOCK_N),
                         make_tensor_map(v, v_strides, shape, shape->Sk, BLOCK_N),
                         o, o_strides, lse, shape->Sq, shape->Sk, shape->H, 0, shape->scale, shape->scale * LOG2E,
-                        shape->causal};
+                        shape->causal, q, k, q_strides, k_strides};
     const int64_t BH = shape->B * shape->H;
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {   // fa_contract.h: the grid limit
         p.bh_first = bh_first;

@@ -1,4 +1,4 @@
-// hopper.h - phase 7: the forward on Hopper's own machinery (wgmma, and in later steps TMA and warp specialisation),
+// hopper.h - phase 7: the forward (and, step 6, the backward) on Hopper's own machinery (wgmma, TMA, warp roles),
 // fp16 or bf16 inputs, float32 accumulation, for sm_90a only.
 //
 //   step 1 (1_wgmma_*): wgmma.mma_async from shared memory (Q, K) and registers (P), one 64-row warpgroup per
@@ -11,6 +11,7 @@
 //                       softmax runs while the other's products do.
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
+//   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -67,6 +68,16 @@ static inline int64_t flash_forward_tma_cuda_smem_bytes(int64_t D, int block_m, 
 // Step 3: the same tiles, and five mbarriers.
 static inline int64_t flash_forward_warp_specialized_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024 + 5 * 8;
+}
+
+// Step 6 (6_backward_cuda.cu): the backward, its dK/dV pass on wgmma (one warpgroup per 64 keys), dQ by its own
+// deterministic pass or by atomics (dq_mode FA_DQ_DETERMINISTIC or FA_DQ_ATOMIC); phase 5 step 4's tensors, tiles
+// (64 x 64: tc_backward_cuda_supports_tiles), rounding points and CPU twin (flash_backward_tc_cpu).
+void flash_backward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                               const tc_backward_tensors *t);
+// Shared memory of its dK/dV pass: phase 5 step 4's, and 1024 bytes to align the swizzle atoms.
+static inline int64_t flash_backward_wgmma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return flash_backward_tc_cuda_smem_bytes(D, block_m, block_n) + 1024;
 }
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.

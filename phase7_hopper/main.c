@@ -5,25 +5,33 @@
 // Run: build/bin/phase7_hopper --dtype bf16                           (class defaults: B=1 H=4 S=1024 D=64)
 //      build/bin/phase7_hopper --impl cuda --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --check-heads 1
 //      build/bin/phase7_hopper --impl cuda --dtype fp16 --Sq 130 --Sk 100 --D 64 --causal
+//      build/bin/phase7_hopper --step 6 --dtype bf16 --Sq 130 --Sk 100 --D 128 --causal --dq both   (the backward)
+// --step 6 is the backward alone: its rows (phase 5 step 4's CPU twin and GPU kernels, step 6 on wgmma), in each dQ
+// variant --dq asks for, differentiate a forward's O and LSE (phase 5 step 3's on the CPU, step 3's on the GPU).
+// The timeline build (target phase7_timeline, timeline.h) also takes --timeline FILE: step 3's warp roles over time,
+// as CSV for tools/plot_timeline.py; the release build refuses it.
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_baselines.h"   // phase 5 step 3: the baseline and the CPU twin
 #include "hopper.h"
+#include "timeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups; beside phase 5 step 3 (mma.sync) "
-               "on the same input.",
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
+               "on the same input; (6) the backward with wgmma, beside phase 5 step 4.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
     .default_block_n = 64,
-    .max_step = 5,
+    .max_step = 6,
+    .has_dq_mode = 1,   // step 6: --dq deterministic|atomic|both
     .cuda_head_dims = CUDA_HEAD_DIMS,
     .has_dtype = 1,
 };
@@ -72,6 +80,8 @@ static void run_pingpong_cuda(void *p) {
 #define run_overlap_cuda NULL
 #endif
 
+#define BACKWARD_STEP 6
+
 // The rows, in the order they are printed. step 0: the baseline, run whatever --step says.
 typedef struct {
     const char *label;
@@ -100,6 +110,7 @@ static const row_kind ROWS[] = {
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
 static int row_selected(const fa_options *opt, const row_kind *row) {
+    if (opt->step == BACKWARD_STEP) return 0;   // the backward alone: no forward rows
     return row->step == 0 || opt->step == 0 || opt->step == row->step;
 }
 // The baseline's GPU kernels have tiles of their own: at other tiles its GPU row is left out (with a note), while a
@@ -133,11 +144,163 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
     fa_check_and_time(report, opt, ref, &impl);
 }
 
+// --- Step 6: the backward ----------------------------------------------------------------------------------------
+typedef struct {
+    const fa_shape *shape;
+    int dtype, block_m, block_n, dq_mode;
+    tc_backward_tensors t;
+} backward_args;
+
+static void run_backward_tc_cpu(void *p) {
+    const backward_args *a = p;
+    flash_backward_tc_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
+static void run_backward_tc_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_tc_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+static void run_backward_wgmma_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_wgmma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+#endif
+
+// The backward's tensors on contiguous [B, H, S, D] buffers: the half inputs, the forward's O and LSE, the gradients.
+static tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q, const void *k, const void *v,
+                                               const void *dout, const float *o, const float *lse, float *delta,
+                                               fa_grads g) {
+    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
+    tc_backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk};
+    return t;
+}
+
+// Runs, checks and times one backward (label, on the CPU or the GPU) in each dQ variant --dq asks for.
+static void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
+                                    const fa_half_rule *rule, const char *label_stem, void (*run)(void *),
+                                    int is_cuda, int block_m, int block_n, tc_backward_tensors t, fa_grads host,
+                                    fa_grads device, double upload_ms) {
+    const fa_shape *s = &opt->shape;
+    const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
+    const char *variants[2] = {"det", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        if (!(opt->dq_mode & modes[m])) continue;
+        backward_args args = {s, opt->dtype, block_m, block_n, modes[m], t};
+        char label[48];
+        snprintf(label, sizeof label, "%s %s %s", label_stem, variants[m], fa_dtype_name(opt->dtype));
+        fa_implementation impl = {.label = label, .is_cuda = is_cuda, .ctx = &args, .run = run,
+                                  .flops = fa_flops_backward(s), .backward = 1,
+                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),   // Delta
+                                  .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
+                                  .block_m = block_m, .block_n = block_n, .causal = s->causal,
+                                  .upload_ms = upload_ms};
+        if (!is_cuda) impl.extra_bytes_per_thread = flash_backward_tc_cpu_workspace_bytes(s->D, block_m, block_n);
+        fa_half_backward_outputs(&impl, s, ref, rule, host, device);
+        fa_check_and_time(report, opt, ref, &impl);
+    }
+}
+
+// The CPU twin: phase 5 step 4's backward of phase 5 step 3's forward.
+static void backward_cpu(fa_report *report, const fa_options *opt, const fa_reference *ref,
+                         const fa_half_rule *rule, const fa_half_inputs *half, fa_grads host) {
+    const fa_shape *s = &opt->shape;
+    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
+    float *o = fa_alloc_floats(fa_numel_q(s), "O"), *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
+    float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
+    fa_set_threads(opt->threads);
+    const tc_forward_tensors f = {half->q, half->k, half->v, sq, sk, sk, o, sq, lse};
+    flash_forward_pipeline_cpu(s, opt->dtype, opt->block_m, opt->block_n, &f, NULL);
+    const tc_backward_tensors t = contiguous_backward(s, half->q, half->k, half->v, half->dout, o, lse, delta, host);
+    fa_report_add_library(report, "phase 5 step 4 cpu %s: %s", fa_dtype_name(opt->dtype),
+                          flash_backward_tc_cpu_products(opt->dtype));
+    const fa_grads no_device = {NULL, NULL, NULL};
+    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cpu, 0, opt->block_m,
+                            opt->block_n, t, host, no_device, 0.0);
+    free(o), free(lse), free(delta);
+}
+
+#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
+// On the GPU: step 3's forward (at 128 x 64, or the tiles asked for when it has them), then phase 5 step 4's backward
+// and step 6's, at the 64 x 64 tiles their kernels have.
+static void backward_cuda(fa_report *report, const fa_options *opt, const fa_reference *ref,
+                          const fa_half_rule *rule, const fa_device_half_inputs *dev, fa_grads host) {
+    const fa_shape *s = &opt->shape;
+    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
+    float *o = fa_gpu_alloc(fa_numel_q(s), "O"), *lse = fa_gpu_alloc(fa_numel_lse(s), "LSE");
+    float *delta = fa_gpu_alloc(fa_numel_lse(s), "Delta");
+    const int ws_tiles = hopper_ws_cuda_supports_tiles(opt->block_m, opt->block_n);
+    const tc_forward_tensors f = {dev->q, dev->k, dev->v, sq, sk, sk, o, sq, lse};
+    flash_forward_warp_specialized_cuda(s, opt->dtype, ws_tiles ? opt->block_m : 128, ws_tiles ? opt->block_n : 64,
+                                        &f);
+    if (!tc_backward_cuda_supports_tiles(opt->block_m, opt->block_n))
+        fa_report_add_note(report, "the GPU backward rows ran with %s tiles, the only ones their kernels have "
+                           "(--block-m %d --block-n %d set the CPU's)", TC_BACKWARD_CUDA_TILES_TEXT, opt->block_m,
+                           opt->block_n);
+    fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
+                       fa_gpu_alloc(fa_numel_kv(s), "dV")};
+    const tc_backward_tensors t = contiguous_backward(s, dev->q, dev->k, dev->v, dev->dout, o, lse, delta, device);
+    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cuda, 1,
+                            TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
+    check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1,
+                            TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
+    fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);
+    fa_gpu_free(o), fa_gpu_free(lse), fa_gpu_free(delta);
+}
+#endif
+
+// --timeline FILE, taken out of argv before the shared parser sees it; NULL when absent.
+static const char *take_timeline_flag(int *argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--timeline") != 0) continue;
+        if (i + 1 >= *argc || argv[i + 1][0] == '\0') fa_die("--timeline needs a file name (the CSV to write)");
+        path = argv[i + 1];
+        for (int j = i; j + 2 <= *argc; j++) argv[j] = argv[j + 2];   // (argv[argc] is NULL, and moves too)
+        *argc -= 2;
+        i--;
+    }
+    if (path && !HOPPER_TIMELINE_BUILD)
+        fa_die("--timeline needs the timeline build of phase 7: cmake --build BUILD --target phase7_timeline, then "
+               "BUILD/bin/phase7_timeline");
+    return path;
+}
+
+#if FA_HAVE_CUDA && HOPPER_TIMELINE_BUILD
+// Step 3 once more, with its stamps on, and the events as CSV.
+static void record_timeline(fa_report *report, const fa_options *opt, const fa_device_half_inputs *dev, float *o,
+                            float *lse, const char *path) {
+    const fa_shape *shape = &opt->shape;
+    const fa_strides q_strides = fa_strides_contiguous(shape->H, shape->Sq, shape->D);
+    const fa_strides kv_strides = fa_strides_contiguous(shape->H, shape->Sk, shape->D);
+    const tc_forward_tensors t = {dev->q, dev->k, dev->v, q_strides, kv_strides, kv_strides, o, q_strides, lse};
+    hopper_timeline_event *events = malloc(sizeof *events * HOPPER_TIMELINE_EVENTS);
+    if (!events) fa_die("out of host memory for the timeline");
+    flash_forward_warp_specialized_timeline_cuda(shape, opt->dtype, opt->block_m, opt->block_n, &t, events);
+    const int64_t written = hopper_timeline_write_csv(path, events, HOPPER_TIMELINE_EVENTS);
+    free(events);
+    if (written < 0) fa_die("--timeline: cannot write %s", path);
+    fa_report_add_note(report, "timeline: %lld events of step 3 (blocks 0-%d of head 0) written to %s",
+                       (long long)written, HOPPER_TIMELINE_BLOCKS - 1, path);
+}
+#endif
+
 int main(int argc, char **argv) {
+    const char *timeline_path = take_timeline_flag(&argc, argv);
     fa_options opt;
     fa_parse_options(argc, argv, &SPEC, &opt);
     if (opt.dtype == FA_DTYPE_FP32)
         fa_die("phase 7 computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16");
+    const int backward = opt.step == BACKWARD_STEP;
+    if (!backward && opt.dq_mode != FA_DQ_BOTH)
+        fa_die("--dq applies to step 6 (the backward) only: add --step 6");
+    if (backward && timeline_path) fa_die("--timeline records step 3, a forward: leave --step 6 out");
+    if (backward && (opt.impl & FA_IMPL_CUDA) && !tc_cuda_supports_head_dim(opt.shape.D))
+        fa_die("the GPU backward takes D = 64 or 128 (got %lld); use --impl cpu for other sizes",
+               (long long)opt.shape.D);
+    if (timeline_path && !hopper_ws_cuda_supports_tiles(opt.block_m, opt.block_n))
+        fa_die("--timeline records step 3, whose tiles are --block-m x --block-n = %s (got %d x %d)",
+               HOPPER_WS_CUDA_TILES_TEXT, opt.block_m, opt.block_n);
+    if (timeline_path && !(opt.impl & FA_IMPL_CUDA)) fa_die("--timeline records a GPU kernel: drop --impl cpu");
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
         if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && !baseline_lacks_tiles(&opt, row) &&
@@ -171,16 +334,26 @@ int main(int argc, char **argv) {
 #endif
 
     fa_inputs in;
-    fa_make_inputs(&opt, 0, &in);
+    fa_make_inputs(&opt, backward, &in);   // the backward adds dO
     fa_reference ref;
-    fa_make_reference(&opt, &in, 0, &ref);
+    fa_make_reference(&opt, &in, backward, &ref);
     fa_half_rule rule = {0};
-    fa_make_half_rule(&report, &opt, &in, &ref, &rule);
+    if (backward)
+        fa_make_half_backward_rule(&report, &opt, &in, &ref, &rule);
+    else
+        fa_make_half_rule(&report, &opt, &in, &ref, &rule);
     fa_half_inputs half = {0};
     fa_make_half_inputs(&opt, &in, &half);
 
     float *o = fa_alloc_floats(fa_numel_q(&opt.shape), "O");
     float *lse = fa_alloc_floats(fa_numel_lse(&opt.shape), "LSE");
+    fa_grads host = {NULL, NULL, NULL};
+    if (backward) {
+        host.dq = fa_alloc_floats(fa_numel_q(&opt.shape), "dQ");
+        host.dk = fa_alloc_floats(fa_numel_kv(&opt.shape), "dK");
+        host.dv = fa_alloc_floats(fa_numel_kv(&opt.shape), "dV");
+        if (opt.impl & FA_IMPL_CPU) backward_cpu(&report, &opt, &ref, &rule, &half, host);
+    }
     for (int r = 0; r < N_ROWS && (opt.impl & FA_IMPL_CPU); r++)
         if (row_selected(&opt, &ROWS[r]) && ROWS[r].cpu)
             run_row(&report, &opt, &ref, &rule, 0, half.q, half.k, half.v, o, lse, o, lse, 0.0, &ROWS[r]);
@@ -200,14 +373,24 @@ int main(int argc, char **argv) {
             run_row(&report, &opt, &ref, &rule, 1, dev_half.q, dev_half.k, dev_half.v, o_dev, lse_dev, o, lse,
                     dev_half.upload_ms, &ROWS[r]);
         }
+#if TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
+        if (backward) backward_cuda(&report, &opt, &ref, &rule, &dev_half, host);
+#endif
+#if HOPPER_TIMELINE_BUILD
+        if (timeline_path) record_timeline(&report, &opt, &dev_half, o_dev, lse_dev, timeline_path);
+#endif
         fa_gpu_free(o_dev);
         fa_gpu_free(lse_dev);
         fa_free_device_half_inputs(&dev_half);
     }
 #endif
+    if (timeline_path && !use_gpu) fa_report_add_note(&report, "timeline not recorded: no Hopper GPU in use");
     int status = fa_finish(&report, &opt);
     free(o);
     free(lse);
+    free(host.dq);
+    free(host.dk);
+    free(host.dv);
     fa_free_reference(&ref);
     fa_free_half_rule(&rule);
     fa_free_half_inputs(&half);

@@ -28,7 +28,11 @@ static void exchange(const ring_ranks *ranks, void *const send[], void *const re
 // keys of both, the softmax's sum is exp(lse_run) + exp(lse_block), and each O is weighted by its share of it:
 //   lse = log(exp(lse_run) + exp(lse_block)),   O = exp(lse_run - lse) O_run + exp(lse_block - lse) O_block
 // computed from the larger of the two LSEs, so that no exponential overflows. It is the combine of split-KV decoding
-// (phase6_extensions/splitkv_cpu.c), two partials at a time, in float32 like the kernels' own online softmax.
+// (phase6_extensions/splitkv/splitkv_cpu.c), two partials at a time. The LSEs are in double here: at logits of a
+// few hundred a float32 LSE is off by up to half a unit in its last place, and every merge rounded in float32 would
+// add as much again. Each block's LSE comes rounded once from its own largest score in double (fa_math.h); the
+// running LSE is kept as that double split in two floats, lse + lse_lo (step 0 writes lse, lse_lo = 0), so that the
+// LSE the ring ends with is rounded once, at its last merge.
 static void merge_block(const ring_ranks *ranks, ring_rank *rank, ring_span q) {
     const int64_t BH = ranks->shape.B * ranks->shape.H, D = ranks->shape.D, rows = rank->shard.rows;
     const fa_strides st = ranks->strides;   // [B, H, max_rows, D], so row i of head bh is at bh * st.h + i * st.s
@@ -36,16 +40,18 @@ static void merge_block(const ring_ranks *ranks, ring_rank *rank, ring_span q) {
 #pragma omp parallel for collapse(2)
     for (int64_t bh = 0; bh < BH; bh++)
         for (int64_t i = 0; i < q.rows; i++) {
-            float *lse_run = &rank->lse[bh * rows + q.first + i];
-            const float lse_block = rank->lse_block[bh * q.rows + i];
+            float *lse_run = &rank->lse[bh * rows + q.first + i], *lse_lo = &rank->lse_lo[bh * rows + q.first + i];
+            const double lse_old = (double)*lse_run + (double)*lse_lo;
+            const double lse_block = rank->lse_block[bh * q.rows + i];
             if (lse_block == -INFINITY) continue;   // the row saw none of the block's keys: nothing to add
-            const float lse_max = fmaxf(*lse_run, lse_block);
-            const float w_run = expf(*lse_run - lse_max), w_block = expf(lse_block - lse_max);
-            const float sum = w_run + w_block;
+            const double lse_max = fmax(lse_old, lse_block);
+            const double lse = lse_max + log(exp(lse_old - lse_max) + exp(lse_block - lse_max));
+            const float w_run = (float)exp(lse_old - lse), w_block = (float)exp(lse_block - lse);
             float *o_run = rank->o + bh * st.h + (q.first + i) * st.s;
             const float *o_block = rank->o_block + bh * st.h + i * st.s;
-            for (int64_t d = 0; d < D; d++) o_run[d] = (w_run * o_run[d] + w_block * o_block[d]) / sum;
-            *lse_run = lse_max + logf(sum);
+            for (int64_t d = 0; d < D; d++) o_run[d] = w_run * o_run[d] + w_block * o_block[d];
+            *lse_run = (float)lse;
+            *lse_lo = (float)(lse - (double)*lse_run);
         }
 }
 
@@ -73,7 +79,9 @@ static void compute_block(ring_ranks *ranks, int r, int step, const void *kv) {
         .o = first ? rank->o : rank->o_block, .o_strides = st,
         .lse = first ? rank->lse : rank->lse_block};
     ring_block_forward_cpu(&shape, c->dtype, c->block_m, c->block_n, &t);
-    if (!first) merge_block(ranks, rank, block.q);
+    const size_t lse_bytes = (size_t)(shape.B * shape.H * block.q.rows) * sizeof(float);   // step 0: all rows
+    if (first) memset(rank->lse_lo, 0, lse_bytes);
+    else merge_block(ranks, rank, block.q);
 }
 
 void ring_forward_cpu(const fa_shape *shape, const ring_config *config, const ring_tensors *t) {

@@ -24,25 +24,34 @@
 // keys of both, the softmax's sum is exp(lse_run) + exp(lse_block), and each O is weighted by its share of it:
 //   lse = log(exp(lse_run) + exp(lse_block)),   O = exp(lse_run - lse) O_run + exp(lse_block - lse) O_block
 // computed from the larger of the two LSEs, so that no exponential overflows. It is the combine of split-KV decoding
-// (phase6_extensions/splitkv_cpu.c), two partials at a time, in float32 like the kernels' own online softmax.
+// (phase6_extensions/splitkv/splitkv_cpu.c), two partials at a time. The LSEs are in double here: at logits of a
+// few hundred a float32 LSE is off by up to half a unit in its last place, and every merge rounded in float32 would
+// add as much again. Each block's LSE comes rounded once from its own largest score in double (fa_math.h); the
+// running LSE is kept as that double split in two floats, lse + lse_lo (step 0 writes lse, lse_lo = 0), so that the
+// LSE the ring ends with is rounded once, at its last merge.
 // One warp per row (row = bh * q.rows + i of the block): its lanes take the row's D elements in turn.
-static __global__ void merge_block_kernel(float *o, float *lse, const float *o_block_all, const float *lse_block_all,
-                                   int64_t BH, int64_t rows, ring_span q, int64_t D, fa_strides st) {
+static __global__ void merge_block_kernel(float *o, float *lse, float *lse_lo_all, const float *o_block_all,
+                                          const float *lse_block_all, int64_t BH, int64_t rows, ring_span q,
+                                          int64_t D, fa_strides st) {
     const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= BH * q.rows) return;
     const int64_t bh = row / q.rows, i = row % q.rows;
     const int lane = threadIdx.x % WARP_SIZE;
-    float *lse_run = &lse[bh * rows + q.first + i];
-    const float lse_old = *lse_run, lse_block = lse_block_all[bh * q.rows + i];
+    float *lse_run = &lse[bh * rows + q.first + i], *lse_lo = &lse_lo_all[bh * rows + q.first + i];
+    const double lse_old = (double)*lse_run + (double)*lse_lo;
+    const double lse_block = lse_block_all[bh * q.rows + i];
     if (lse_block == -INFINITY) return;   // the row saw none of the block's keys: nothing to add
-    const float lse_max = fmaxf(lse_old, lse_block);
-    const float w_run = expf(lse_old - lse_max), w_block = expf(lse_block - lse_max);
-    const float sum = w_run + w_block;
+    const double lse_max = fmax(lse_old, lse_block);
+    const double lse_new = lse_max + log(exp(lse_old - lse_max) + exp(lse_block - lse_max));
+    const float w_run = (float)exp(lse_old - lse_new), w_block = (float)exp(lse_block - lse_new);
     float *o_run = o + bh * st.h + (q.first + i) * st.s;
     const float *o_block = o_block_all + bh * st.h + i * st.s;
-    for (int64_t d = lane; d < D; d += WARP_SIZE) o_run[d] = (w_run * o_run[d] + w_block * o_block[d]) / sum;
+    for (int64_t d = lane; d < D; d += WARP_SIZE) o_run[d] = w_run * o_run[d] + w_block * o_block[d];
     __syncwarp();   // every lane has read the old LSE before lane 0 overwrites it
-    if (lane == 0) *lse_run = lse_max + logf(sum);
+    if (lane == 0) {
+        *lse_run = (float)lse_new;
+        *lse_lo = (float)(lse_new - (double)*lse_run);
+    }
 }
 
 // Merges one block into the running O and LSE of the rank (1_ring_cpu.c says how), on the rank's default stream.
@@ -50,7 +59,8 @@ static void merge_block(const ring_ranks *ranks, ring_rank *rank, ring_span q) {
     const int64_t BH = ranks->shape.B * ranks->shape.H;
     const int64_t blocks = (BH * q.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     merge_block_kernel<<<(unsigned int)blocks, ROWS_PER_BLOCK * WARP_SIZE>>>(
-        rank->o, rank->lse, rank->o_block, rank->lse_block, BH, rank->shard.rows, q, ranks->shape.D, ranks->strides);
+        rank->o, rank->lse, rank->lse_lo, rank->o_block, rank->lse_block, BH, rank->shard.rows, q, ranks->shape.D,
+        ranks->strides);
     FA_CUDA_CHECK_LAUNCH();
 }
 
@@ -79,7 +89,9 @@ static void compute_block(ring_ranks *ranks, int r, int step, const void *kv) {
         .o = first ? rank->o : rank->o_block, .o_strides = st,
         .lse = first ? rank->lse : rank->lse_block};
     ring_block_forward_cuda(&shape, c->dtype, c->block_m, c->block_n, &t);
-    if (!first) merge_block(ranks, rank, block.q);
+    const size_t lse_bytes = (size_t)(shape.B * shape.H * block.q.rows) * sizeof(float);   // step 0: all rows
+    if (first) FA_CUDA_CHECK(cudaMemsetAsync(rank->lse_lo, 0, lse_bytes));
+    else merge_block(ranks, rank, block.q);
 }
 
 extern "C" void ring_forward_cuda(ring_ranks *ranks, ring_transport *tr) {

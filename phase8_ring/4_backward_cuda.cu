@@ -17,14 +17,10 @@
 #define WARP_SIZE 32
 #define ROWS_PER_BLOCK 8   // add_block_kernel: one warp per row, 8 warps per thread block
 
-// Merges one block into the running O and LSE of the rank, for the rows the block covered (q.first .. of the shard).
-// Both are attention over some of the keys, each normalised by its own sum and carrying its log-sum-exp; over the
-// keys of both, the softmax's sum is exp(lse_run) + exp(lse_block), and each O is weighted by its share of it:
-//   lse = log(exp(lse_run) + exp(lse_block)),   O = exp(lse_run - lse) O_run + exp(lse_block - lse) O_block
-// computed from the larger of the two LSEs, so that no exponential overflows. It is the combine of split-KV decoding
-// (phase6_extensions/splitkv_cpu.c), two partials at a time, in float32 like the kernels' own online softmax.
-// One warp per row (row = bh * rows.rows + i of the block): its lanes take the row's D elements in turn.
-static __global__ void add_block_kernel(float *sum, const float *block, int64_t BH, ring_span rows, int64_t D, fa_strides st) {
+// Adds one block's gradient into a sum, for the rows the block covered (rows.first .. of the shard). One warp per
+// row (row = bh * rows.rows + i of the block): its lanes take the row's D elements in turn.
+static __global__ void add_block_kernel(float *sum, const float *block, int64_t BH, ring_span rows, int64_t D,
+                                        fa_strides st) {
     const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= BH * rows.rows) return;
     const int64_t bh = row / rows.rows, i = row % rows.rows;

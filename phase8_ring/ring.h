@@ -8,7 +8,7 @@
 // N steps every rank has seen every key, and its O and LSE are those of attention over the whole sequence.
 //
 //   step 1 (1_ring_cpu.c):     the ring on the CPU: the ranks' buffers in one process, the ranks run in turn, a send
-//                              is a copy into the next rank's receive buffer; the merge in float32.
+//                              is a copy into the next rank's receive buffer; the merge in double.
 //   step 2 (2_ring_cuda.cu):   the same on GPUs: the blocks on each rank's default stream, the next block's transfer on
 //                              a communication stream of its own, overlapped with this block's compute, through a
 //                              transport (ring_transport.h): NCCL between GPUs, or a loopback on one GPU.

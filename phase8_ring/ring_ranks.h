@@ -22,6 +22,7 @@ typedef struct {
     void *kv_own;           // its keys then its values, the run's type: K at kv_own, V one tensor further on
     void *kv_ring[2];       // the K/V block it computes with and the one arriving, in turn
     float *o, *lse;         // its running O and LSE, final after the last step ([B, H, rows])
+    float *lse_lo;          // [B, H, rows]: what the float LSE does not hold of the merges' double one (1_ring_cpu.c)
     float *o_block, *lse_block;   // one block's O and LSE
     // The backward (step 4).
     float *dq, *dq_block;   // its dQ, and one block's
@@ -56,7 +57,7 @@ static inline size_t ring_dkv_bytes(const ring_ranks *r) { return 2 * (size_t)r-
 static inline int64_t ring_ranks_bytes(const fa_shape *shape, const ring_config *config, int backward) {
     const int64_t n = shape->B * shape->H * ring_max_rows(config->layout, shape->Sq, config->n_ranks) * shape->D;
     const int64_t elem = (int64_t)ring_dtype_bytes(config->dtype), rows = n / shape->D;
-    int64_t per_rank = n * (7 * elem + 2 * 4) + 3 * rows * 4;
+    int64_t per_rank = n * (7 * elem + 2 * 4) + 4 * rows * 4;
     if (backward) per_rank += n * (elem + 2 * 4 + 4 * 4 + 2 * 4) + rows * 4;
     return config->n_ranks * per_rank;
 }

@@ -60,7 +60,9 @@ void ring_ranks_create_cpu(ring_ranks *ranks, const fa_shape *shape, const ring_
         rank->kv_own = alloc_poisoned(2 * (size_t)n * elem, "a rank's K and V");
         for (int i = 0; i < 2; i++) rank->kv_ring[i] = alloc_poisoned(2 * (size_t)n * elem, "a rank's K/V ring buffer");
         rank->o = alloc_poisoned((size_t)n * sizeof(float), "a rank's O");
-        rank->lse = alloc_poisoned((size_t)(BH * (rows > 0 ? rows : 1)) * sizeof(float), "a rank's LSE");
+        const size_t row_stats = (size_t)(BH * (rows > 0 ? rows : 1)) * sizeof(float);
+        rank->lse = alloc_poisoned(row_stats, "a rank's LSE");
+        rank->lse_lo = alloc_poisoned(row_stats, "a rank's LSE, low part");
         rank->o_block = alloc_poisoned((size_t)n * sizeof(float), "a rank's block O");
         rank->lse_block = alloc_poisoned((size_t)(BH * max_rows) * sizeof(float), "a rank's block LSE");
         scatter_shard(ranks, rank, rank->q, max_rows, t->q, row);
@@ -105,8 +107,8 @@ void ring_ranks_free_cpu(ring_ranks *ranks) {
     for (int r = 0; r < ranks->config.n_ranks; r++) {
         ring_rank *rank = &ranks->rank[r];
         void *buffers[] = {rank->q, rank->dout, rank->kv_own, rank->kv_ring[0], rank->kv_ring[1], rank->o,
-                           rank->lse, rank->o_block, rank->lse_block, rank->dq, rank->dq_block, rank->dkv_ring[0],
-                           rank->dkv_ring[1], rank->dkv_block, rank->delta};
+                           rank->lse, rank->lse_lo, rank->o_block, rank->lse_block, rank->dq, rank->dq_block,
+                           rank->dkv_ring[0], rank->dkv_ring[1], rank->dkv_block, rank->delta};
         for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     }
 }

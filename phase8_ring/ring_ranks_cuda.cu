@@ -66,7 +66,9 @@ extern "C" void ring_ranks_create_cuda(ring_ranks *ranks, const fa_shape *shape,
         rank->kv_own = alloc_poisoned(2 * (size_t)n * elem, "a rank's K and V");
         for (int i = 0; i < 2; i++) rank->kv_ring[i] = alloc_poisoned(2 * (size_t)n * elem, "a rank's K/V ring buffer");
         rank->o = alloc_poisoned((size_t)n * sizeof(float), "a rank's O");
-        rank->lse = alloc_poisoned((size_t)(BH * (rows > 0 ? rows : 1)) * sizeof(float), "a rank's LSE");
+        const size_t row_stats = (size_t)(BH * (rows > 0 ? rows : 1)) * sizeof(float);
+        rank->lse = alloc_poisoned(row_stats, "a rank's LSE");
+        rank->lse_lo = alloc_poisoned(row_stats, "a rank's LSE, low part");
         rank->o_block = alloc_poisoned((size_t)n * sizeof(float), "a rank's block O");
         rank->lse_block = alloc_poisoned((size_t)(BH * max_rows) * sizeof(float), "a rank's block LSE");
         scatter_shard(ranks, rank, rank->q, max_rows, t->q, row);
@@ -116,8 +118,8 @@ extern "C" void ring_ranks_free_cuda(ring_ranks *ranks) {
         ring_rank *rank = &ranks->rank[r];
         FA_CUDA_CHECK(cudaSetDevice(rank->device));
         void *buffers[] = {rank->q, rank->dout, rank->kv_own, rank->kv_ring[0], rank->kv_ring[1], rank->o,
-                           rank->lse, rank->o_block, rank->lse_block, rank->dq, rank->dq_block, rank->dkv_ring[0],
-                           rank->dkv_ring[1], rank->dkv_block, rank->delta};
+                           rank->lse, rank->lse_lo, rank->o_block, rank->lse_block, rank->dq, rank->dq_block,
+                           rank->dkv_ring[0], rank->dkv_ring[1], rank->dkv_block, rank->delta};
         for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
             if (buffers[i]) fa_gpu_free(buffers[i]);
     }

@@ -36,4 +36,57 @@ endforeach()
 fa_add_bad_input_test(NAME phase7_bad_fp32 LABEL phase7 BINARY phase7_hopper ARGS --B 1 --S 64 --D 64)
 fa_add_bad_input_test(NAME phase7_bad_tiles LABEL phase7 BINARY phase7_hopper
                       ARGS --impl cuda --dtype fp16 --step 3 --S 64 --D 64 --block-m 64 --block-n 64)
-fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 6 --S 64 --D 64)
+fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 7 --S 64 --D 64)
+
+# The LSE at large logits (q, k ~ 8 * randn): every step by the half-precision rule, several seeds and shapes (C only;
+# built where the kernels are, exits 77 without a Hopper GPU).
+if(TARGET phase7_hopper_kernels)
+  add_executable(test_hopper_large_logits test_hopper_large_logits.c)
+  target_link_libraries(test_hopper_large_logits PRIVATE phase7_hopper_kernels)
+  add_test(NAME phase7_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_large_logits> cuda)
+  set_tests_properties(phase7_cuda_large_logits PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
+endif()
+
+# The timeline build's CSV writer and its chart, without a GPU: made-up events written and read back, then drawn
+# (tools/plot_timeline.py; skipped without matplotlib). The driver refuses --timeline in the release build.
+add_executable(test_hopper_timeline test_hopper_timeline.c)
+target_link_libraries(test_hopper_timeline PRIVATE phase7_timeline_csv)
+add_test(NAME phase7_timeline_csv COMMAND test_hopper_timeline ${CMAKE_CURRENT_BINARY_DIR}/phase7_timeline_test.csv)
+set_tests_properties(phase7_timeline_csv PROPERTIES LABELS "phase7;cpu" FIXTURES_SETUP phase7_timeline_csv)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME phase7_timeline_plot
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/plot_timeline.py
+                   ${CMAKE_CURRENT_BINARY_DIR}/phase7_timeline_test.csv -o ${CMAKE_CURRENT_BINARY_DIR}/phase7_timeline_test.png)
+  set_tests_properties(phase7_timeline_plot PROPERTIES LABELS "phase7;cpu" FIXTURES_REQUIRED phase7_timeline_csv
+                       SKIP_RETURN_CODE 77)
+endif()
+fa_add_bad_input_test(NAME phase7_bad_timeline LABEL phase7 BINARY phase7_hopper
+                      STDERR "timeline build" ARGS --dtype fp16 --S 64 --D 64 --timeline timeline.csv)
+
+# Step 6, the backward: phase 5 step 4's CPU twin and GPU kernels beside step 6's (wgmma), both dQ variants, every
+# gradient by the half-precision rule for gradients (3x a same-precision straightforward backward) on odd shapes:
+# Sq != Sk both ways, lengths one past a tile, one query row, causal with Sq > Sk; D 64 and 128; fp16 and bf16.
+set(phase7_backward_shapes
+  "fp16_B2_H2_Sq130_Sk100_D64_causal|--dtype|fp16|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal"
+  "bf16_B1_H3_Sq100_Sk130_D128|--dtype|bf16|--B|1|--H|3|--Sq|100|--Sk|130|--D|128"
+  "bf16_B2_H1_S65_D64_causal|--dtype|bf16|--B|2|--H|1|--S|65|--D|64|--causal"
+  "fp16_B1_H2_Sq1_Sk129_D128|--dtype|fp16|--B|1|--H|2|--Sq|1|--Sk|129|--D|128"
+  "fp16_B1_H2_Sq257_Sk64_D128_causal|--dtype|fp16|--B|1|--H|2|--Sq|257|--Sk|64|--D|128|--causal")
+foreach(entry ${phase7_backward_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(impl cpu cuda)
+    fa_add_check_test(NAME phase7_${impl}_backward_${name} LABEL phase7 BINARY phase7_hopper IMPL ${impl}
+                      ARGS --step 6 --dq both ${parts})
+  endforeach()
+endforeach()
+fa_add_bad_input_test(NAME phase7_bad_dq_forward LABEL phase7 BINARY phase7_hopper
+                      ARGS --dtype fp16 --step 3 --dq atomic --S 64 --D 64)
+# The rule on several problems, and two deterministic runs give the same bits (GPU only; exits 77 elsewhere).
+if(TARGET phase7_hopper_kernels)
+  add_executable(test_hopper_backward test_hopper_backward.c)
+  target_link_libraries(test_hopper_backward PRIVATE phase7_hopper_kernels)
+  add_test(NAME phase7_cuda_backward_rule_determinism
+           COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_backward> cuda)
+  set_tests_properties(phase7_cuda_backward_rule_determinism PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
+endif()

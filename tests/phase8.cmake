@@ -74,3 +74,13 @@ fa_add_check_test(NAME phase8_cuda_nccl_ranks2_bf16_B1_H2_S300_D128 LABEL phase8
 add_test(NAME phase8_cpu_time_only COMMAND phase8_ring --impl cpu --time-only --iters 1 --warmup 0 --ranks 3 --H 1
                                            --S 100 --causal --zigzag --backward)
 set_tests_properties(phase8_cpu_time_only PROPERTIES LABELS "phase8;cpu" PASS_REGULAR_EXPRESSION "zigzag bwd 3 ranks")
+
+# The forwards that merge partials (phase 6's split-KV decoding, phase 8's ring, contiguous and zigzag) at large
+# logits: FlashAttention's 2x rule against standard attention in float32 and LSE within one ulp, on four seeds of
+# four shapes each (test_large_logits_ext.c; test_large_logits.c does phases 3 and 4).
+add_executable(test_large_logits_ext test_large_logits_ext.c)
+target_link_libraries(test_large_logits_ext PRIVATE phase6_extensions_kernels phase8_ring_kernels)
+add_test(NAME phase8_cpu_large_logits_merges COMMAND test_large_logits_ext cpu)
+set_tests_properties(phase8_cpu_large_logits_merges PROPERTIES LABELS "phase6;phase8;cpu")
+add_test(NAME phase8_cuda_large_logits_merges COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_large_logits_ext> cuda)
+set_tests_properties(phase8_cuda_large_logits_merges PROPERTIES LABELS "phase6;phase8;gpu" SKIP_RETURN_CODE 77)

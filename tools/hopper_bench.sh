@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/hopper_bench.sh BINDIR LOGDIR - phase 7's ablation on a Hopper GPU: every forward step of phase 7 beside
-# phase 5 step 3, and PyTorch's FlashAttention-2 and cuDNN backends, in one run on one GPU; then Nsight Compute on one
-# launch of each step's kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's table is read off it)
+# phase 5 step 3, and step 6 (the backward) beside phase 5 step 4, and PyTorch's FlashAttention-2 and cuDNN backends
+# (forward and backward), in one run on one GPU; then Nsight Compute on one launch of each forward step's kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's table is read off it)
 # and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
 #
 # Shapes: B=4 H=16 S=4096 and B=1 H=16 S=16384; D=64 and 128; causal and not; bf16 and fp16. Tiles: 128x64 (phase 5
@@ -28,11 +28,20 @@ LOG="$LOGDIR/hopper-bench.log"
     for dtype in bf16 fp16; do for causal in "" --causal; do
         run $dtype 1 16 16384 128 "$causal" 128 128
     done; done
-    echo "\$ python3 tools/pytorch_compare.py --backends flash cudnn --dtypes bf16 fp16 --passes forward ..."
+    # The backward (step 6 and phase 5 step 4, both dQ variants; 64 x 64 tiles, the only ones their kernels have).
+    backward() {   # backward DTYPE B H S D CAUSAL
+        echo "\$ phase7_hopper --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6"
+        "$BIN/phase7_hopper" --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 \
+            --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
+    }
+    for dtype in bf16 fp16; do for D in 64 128; do for causal in "" --causal; do
+        backward $dtype 4 16 4096 $D "$causal"
+    done; done; done
+    echo "\$ python3 tools/pytorch_compare.py --backends flash cudnn --dtypes bf16 fp16 --passes forward backward ..."
     for shape in "4 16 4096" "1 16 16384"; do
         set -- $shape
         python3 tools/pytorch_compare.py --csv "$LOGDIR/hopper-pytorch.csv" --B $1 --H $2 --S $3 --D 64 128 \
-            --dtypes bf16 fp16 --backends flash cudnn --passes forward --iters 10 --warmup 2 > /dev/null 2>&1
+            --dtypes bf16 fp16 --backends flash cudnn --passes forward backward --iters 10 --warmup 2 > /dev/null 2>&1
     done
     cut -d, -f2,6-11,17,19 "$LOGDIR/hopper-pytorch.csv" | sed 's/^/  pytorch: /'
 } > "$LOG" 2>&1
@@ -53,4 +62,15 @@ for step in 1 2 3 4 5; do
     grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
 Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
 done
+# The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
+# step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.
+if [ -x "$BIN/phase7_timeline" ]; then
+    {
+        echo "\$ phase7_timeline --impl cuda --step 3 --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-m 128 --block-n 128 --timeline hopper-timeline.csv"
+        "$BIN/phase7_timeline" --impl cuda --step 3 --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-m 128 \
+            --block-n 128 --check-heads 1 --warmup 0 --iters 1 --timeline "$LOGDIR/hopper-timeline.csv"
+        echo "\$ python3 tools/plot_timeline.py hopper-timeline.csv -o hopper-timeline.png"
+        python3 tools/plot_timeline.py "$LOGDIR/hopper-timeline.csv" -o "$LOGDIR/hopper-timeline.png"
+    } > "$LOGDIR/hopper-timeline.log" 2>&1
+fi
 cat "$LOG"
