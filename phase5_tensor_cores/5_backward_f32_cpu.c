@@ -2,15 +2,19 @@
 //
 // What it changes from step 4's CPU twin (phase5_tensor_cores/4_backward_cpu.c): the inputs are float32 (phase 4's
 //   backward_tensors) and nothing is rounded to a half type: P and dS enter dV, dK and dQ as the float32 values they
-//   are, as in phase 4. Everything else is step 4's: the same two passes (dK/dV by keys, dQ by queries), the same
-//   tiles, and the five products in the same two register-blocked micro-kernels (along_d_micro_kernel,
-//   along_rows_micro_kernel), ROWS x VEC sums in vector registers. Two details come from phase 4 instead
-//   (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is the base-2 score the
-//   forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual (lse_to_base2), so
-//   that the largest p of a row comes back as accurately as the forward stored it. Delta is phase 4's preprocess
-//   (backward_preprocess_cpu()). This is the CPU's fast float32 backward: the one to compare with phase 4's, which
-//   computes one row at a time, and with what a CPU library does. It has no CUDA twin: on the GPU the float32
-//   backward is phase 4's, and the tiled one is step 4, on tensor cores.
+//   are, as in phase 4. And one pass instead of two: a CPU thread owns a whole head, runs its K/V tiles one after
+//   the other, and adds each tile's share of dQ into dQ in place, in the order a separate dQ pass would (keys in
+//   order, from the running sum), so it computes S and dP once per tile pair instead of twice: five products where
+//   step 4 computes seven (kv_tile_program). S and dP are computed by queries (S = Q K^T, VEC keys per vector), and
+//   dV += P^T dO, dK += dS^T Q read P and dS by columns; the products are step 4's two register-blocked
+//   micro-kernels (along_d_micro_kernel, along_rows_micro_kernel), ROWS x VEC sums in vector registers. Two details
+//   come from phase 4 instead (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is
+//   the base-2 score the forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual
+//   (lse_to_base2), so that the largest p of a row comes back as accurately as the forward stored it. Delta is
+//   phase 4's preprocess (backward_preprocess_cpu()). This is the CPU's fast float32 backward: the one to compare
+//   with phase 4's, which computes one row at a time, and with what a CPU library does. It has no CUDA twin: on the
+//   GPU the float32 backward is phase 4's, and the tiled one is step 4, on tensor cores (whose blocks of one head
+//   run at the same time, so dQ needs its own pass or atomics there).
 // Diff:      diff -u phase5_tensor_cores/4_backward_cpu.c phase5_tensor_cores/5_backward_f32_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 5 --B 1 --H 8 --S 2048 --D 64 --threads 2 --dq both
 #include "register_tiles.h"
@@ -27,35 +31,32 @@
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE
 // (and its residual) as hi + lo.
-// The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 1's sizes).
+// The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 4's sizes; step
+// 1's 3 x 32 ran slower here, on a 2-core AMD EPYC with AVX2).
 // Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
 #define ROWS 4
 #define VEC 16
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers. The two
-// passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
+// One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers: one K/V
+// tile, staged once, and the Q tile of the moment. Every tile is padded with zeros to a multiple of VEC columns (and so
+// of ROWS rows).
 typedef struct {
     int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of VEC
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q (times qk_scale) and dO rows
-    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
-    float *k_tile, *v_tile;        // [N_pad, D_pad]  K and V rows
-    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dQ pass sums along the keys
+    float *k_tile;                 // [N_pad, D_pad]  K rows
+    float *k_t, *v_t;              // [D, N_pad]      K and V, transposed: S and dP sum along d, VEC keys per load
     float *lse2_hi, *lse2_lo;      // [M_pad]         LSE_i * LOG2E = hi + lo (lse_to_base2, fa_math.h)
     float *delta;                  // [M_pad]         Delta_i of the Q tile
-    float *acc_a, *acc_b;          // [max(M, N)_pad, D_pad]  dK and dV (dK/dV pass), dQ (dQ pass) accumulators
-    float *s, *dp;                 // [ROWS, M_pad] rows of S^T (then P^T) and of dP^T (then dS^T);
-                                   // [ROWS, N_pad] rows of S and of dP (then dS) in the dQ pass
-    float *ds_tile;                // [M_pad, N_pad]  dS of the tile, for the atomic dQ (shared memory)
-    float *dq_rows;                // [ROWS, D_pad]   the atomic dQ's share of ROWS rows, before it is added
+    float *dk_acc, *dv_acc;        // [N_pad, D_pad]  dK and dV of the K/V tile, summed over the Q tiles
+    float *p_tile, *ds_tile;       // [M_pad, N_pad]  S, then P; dP, then dS (the GPU: shared memory)
+    float *dq_rows;                // [ROWS, D_pad]   dQ of ROWS queries while this tile's share is added
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t M_pad = round_up(block_m, VEC), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
-    const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
-    return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 3 * M_pad + 2 * R_pad * D_pad +
-           2 * ROWS * R_pad + M_pad * N_pad + ROWS * D_pad;
+    return 2 * M_pad * D_pad + 3 * N_pad * D_pad + 2 * D * N_pad + 3 * M_pad + 2 * M_pad * N_pad + ROWS * D_pad;
 }
 
 int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -65,40 +66,43 @@ int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int b
 static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
     w.M_pad = round_up(block_m, VEC), w.N_pad = round_up(block_n, VEC), w.D_pad = round_up(D, VEC);
-    const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
+    const int64_t total = workspace_floats(D, block_m, block_n);
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
     for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
     w.q_tile = next, next += w.M_pad * w.D_pad;
     w.do_tile = next, next += w.M_pad * w.D_pad;
-    w.q_t = next, next += D * w.M_pad;
-    w.do_t = next, next += D * w.M_pad;
     w.k_tile = next, next += w.N_pad * w.D_pad;
-    w.v_tile = next, next += w.N_pad * w.D_pad;
     w.k_t = next, next += D * w.N_pad;
     w.v_t = next, next += D * w.N_pad;
     w.lse2_hi = next, next += w.M_pad;
     w.lse2_lo = next, next += w.M_pad;
     w.delta = next, next += w.M_pad;
-    w.acc_a = next, next += R_pad * w.D_pad;
-    w.acc_b = next, next += R_pad * w.D_pad;
-    w.s = next, next += ROWS * R_pad;
-    w.dp = next, next += ROWS * R_pad;
+    w.dk_acc = next, next += w.N_pad * w.D_pad;
+    w.dv_acc = next, next += w.N_pad * w.D_pad;
+    w.p_tile = next, next += w.M_pad * w.N_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
     w.dq_rows = next;
     return w;
 }
 
 // Rows first .. first + count - 1 of a [S, D] float32 tensor (its head's start, row stride, d stride), times
-// `factor`, into tiles: `rows` as [count][D_pad] and, when `cols` is not NULL, transposed as [D][cols_pad]. Rows past
-// `exist` are zeros, as the GPU's loads make them.
+// `factor`, into tiles: `rows` as [count][D_pad] when it is not NULL, and `cols`, transposed, as [D][cols_pad] when
+// it is not NULL. Rows past `exist` are zeros, as the GPU's loads make them. Where d is contiguous, the loop over d
+// is a vector copy.
 static void stage_rows(const float *x, fa_strides strides, float factor, int64_t first, int64_t count, int64_t exist,
                        int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t d = 0; d < D; d++) {
-            const float value = first + r < exist ? x[(first + r) * strides.s + d * strides.d] * factor : 0.0f;
-            rows[r * D_pad + d] = value;
-            if (cols) cols[d * cols_pad + r] = value;
+    for (int64_t r = 0; r < count; r++) {
+        const float *x_r = x + (first + r) * strides.s;
+        const int real = first + r < exist;
+        if (rows) {
+            if (strides.d == 1)
+                for (int64_t d = 0; d < D; d++) rows[r * D_pad + d] = real ? x_r[d] * factor : 0.0f;
+            else
+                for (int64_t d = 0; d < D; d++) rows[r * D_pad + d] = real ? x_r[d * strides.d] * factor : 0.0f;
         }
+        if (cols)
+            for (int64_t d = 0; d < D; d++) cols[d * cols_pad + r] = real ? x_r[d * strides.d] * factor : 0.0f;
+    }
 }
 
 // The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
@@ -107,11 +111,18 @@ static void stage_rows(const float *x, fa_strides strides, float factor, int64_t
 //
 // Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
 // columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
-// once and ROWS values of a, and does ROWS * VEC multiply-adds with them.
+// once and ROWS values of a, and does ROWS * VEC multiply-adds with them. The sums start from the first product
+// (d = 0), not from zeros: the same values, without clearing ROWS * VEC floats first.
 static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
                                         float *out, int64_t out_pad) {
-    float sum[ROWS][VEC] = {{0.0f}};
-    for (int64_t d = 0; d < D; d++) {
+    float sum[ROWS][VEC];
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; r++) {
+        const float a_r0 = a[r * D_pad];
+#pragma omp simd
+        for (int jj = 0; jj < VEC; jj++) sum[r][jj] = a_r0 * b_t[jj];
+    }
+    for (int64_t d = 1; d < D; d++) {
         const float *b_d = b_t + d * b_pad;
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) {
@@ -124,11 +135,13 @@ static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const flo
         for (int jj = 0; jj < VEC; jj++) out[r * out_pad + jj] = sum[r][jj];
 }
 
-// Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
-// VEC dims of it), for ROWS rows of a ([ROWS][a_pad], P^T, dS^T or dS) and acc ([ROWS][D_pad]). The sums
-// start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
-static inline void along_rows_micro_kernel(const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
-                                           float *acc) {
+// Sums along the rows of a tile: acc[r][dd] += sum_i a(r, i) * b[i][dd] over the first n rows of b ([rows][D_pad],
+// VEC dims of it), for ROWS rows of acc ([ROWS][D_pad]). a(r, i) is a[r * a_row + i * a_step]: a tile read as it is
+// (dS, a_row = N_pad, a_step = 1) or as its transpose (P^T and dS^T read from P and dS, a_row = 1, a_step = N_pad),
+// since each of its values is broadcast alone. The sums start from acc and add the rows in order: dQ's sum over the
+// K tiles keeps one fixed order.
+static inline void along_rows_micro_kernel(const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
+                                           int64_t D_pad, float *acc) {
     float sum[ROWS][VEC];
     for (int r = 0; r < ROWS; r++)
         for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];
@@ -136,7 +149,7 @@ static inline void along_rows_micro_kernel(const float *a, int64_t a_pad, int n,
         const float *b_i = b + i * D_pad;
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) {
-            const float a_ri = a[r * a_pad + i];
+            const float a_ri = a[r * a_row + i * a_step];
 #pragma omp simd
             for (int dd = 0; dd < VEC; dd++) sum[r][dd] += a_ri * b_i[dd];
         }
@@ -145,14 +158,19 @@ static inline void along_rows_micro_kernel(const float *a, int64_t a_pad, int n,
         for (int dd = 0; dd < VEC; dd++) acc[r * D_pad + dd] = sum[r][dd];
 }
 
-// 1. Delta_i = sum_d dO_id O_id: phase 4's preprocess, backward_preprocess_cpu().
+// 1. Delta_i = sum_d dO_id O_id: phase 4's preprocess, backward_preprocess_cpu(), which also sets dQ = 0.
 
-// 2. One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
+// 2. One K/V tile of one head: what one block of the dK/dV kernel does, and on the CPU dQ's share too. Keys
+// k_start .. k_start + BLOCK_N - 1, against every Q tile that sees them, in order. The GPU computes dQ in a pass of
+// its own (or adds it atomically) because its blocks of one head run at the same time; a CPU thread can own a whole
+// head, run its K/V tiles one after the other, and add each one's share into dQ in place: the same sum in the same
+// order as a separate dQ pass (keys in order, from the running sum), without computing S and dP a second time (five
+// products per tile pair instead of seven). With atomic_dq the tiles of one head run on any thread, and each adds its
+// share from zero, atomically, in an order that changes from run to run.
 FA_SIMD_CLONES
-static void dkdv_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
-                         const backward_tensors *t, int atomic_dq, workspace *w) {
-    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
-    const int64_t D_pad = w->D_pad;
+static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
+                            const backward_tensors *t, int atomic_dq, workspace *w) {
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, N_pad = w->N_pad, D_pad = w->D_pad;
     const float scale = shape->scale, qk_scale = scale * LOG2E;
     const int64_t b = bh / shape->H, h = bh % shape->H;
     const float *q = t->q + b * t->q_strides.b + h * t->q_strides.h;
@@ -161,12 +179,14 @@ static void dkdv_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_
     const float *dout = t->dout + b * t->do_strides.b + h * t->do_strides.h;
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const float *residual = t->lse_residual ? t->lse_residual + bh * S_q : NULL;
+    float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
-    float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
+    const int keys_pad = (int)round_up(keys, VEC);
+    float *p = w->p_tile, *ds = w->ds_tile;   // [M_pad][N_pad]
 
-    stage_rows(k, t->k_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
-    stage_rows(v, t->v_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
-    for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
+    stage_rows(k, t->k_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
+    stage_rows(v, t->v_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->v_t, N_pad);
+    for (int64_t x = 0; x < N_pad * D_pad; x++) w->dk_acc[x] = w->dv_acc[x] = 0.0f;
 
     // Causal: the Q tiles that end before this K/V tile starts see none of its keys.
     const int64_t n_q_tiles = (S_q + BLOCK_M - 1) / BLOCK_M;
@@ -175,70 +195,78 @@ static void dkdv_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_
         const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
         if (stage == TILE_FUTURE) continue;
         const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
-        stage_rows(q, t->q_strides, qk_scale, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
-        stage_rows(dout, t->do_strides, 1.0f, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
+        stage_rows(q, t->q_strides, qk_scale, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
+        stage_rows(dout, t->do_strides, 1.0f, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
         for (int i = 0; i < BLOCK_M; i++) {
             lse_to_base2(i < rows ? lse[q_start + i] : 0.0f, i < rows && residual ? residual[q_start + i] : 0.0f,
                          &w->lse2_hi[i], &w->lse2_lo[i]);
             w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
         }
 
-        // The warps' keys, ROWS at a time: keys c0 .. c0 + ROWS - 1 are ROWS rows of S^T = K Q^T and dP^T = V dO^T.
-        // The last group may run past the tile's keys: those rows of K and V are zeros, their P is 0 and their dK
-        // and dV are never stored (as on the GPU).
-        for (int c0 = 0; c0 < keys; c0 += ROWS) {
-            float *s = w->s, *dp = w->dp;   // [ROWS][M_pad]
-            // 1. s_ci = K_c . (qk_scale Q_i) and dp_ci = V_c . dO_i for every query i of the tile, VEC queries at a
-            //    time.
-            for (int64_t i0 = 0; i0 < M_pad; i0 += VEC) {
-                along_d_micro_kernel(w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
-                along_d_micro_kernel(w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
+        // The queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's queries:
+        // those rows of Q and dO are zeros, their P and dS are 0 and they add nothing.
+        for (int i0 = 0; i0 < rows; i0 += ROWS) {
+            // S_ij = (qk_scale Q_i) . K_j and dP_ij = dO_i . V_j, VEC keys at a time.
+            for (int j0 = 0; j0 < keys_pad; j0 += VEC) {
+                along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, p + i0 * N_pad + j0,
+                                     N_pad);
+                along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, ds + i0 * N_pad + j0,
+                                     N_pad);
             }
-            // 2. P^T from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a query
-            //    before the key), and dS^T = P^T * (dP^T - Delta).
+            // P from the log-sum-exp (0 past S_k and, on a diagonal tile, after the row), and dS = P * (dP - Delta).
             for (int r = 0; r < ROWS; r++) {
-                const int64_t key = k_start + c0 + r;
-                // The queries that see this key: i_first .. i_end - 1 (none for a key past S_k).
-                const int64_t i_first = stage == TILE_DIAGONAL && key > q_start ? key - q_start : 0;
-                const int64_t i_end = c0 + r < keys ? rows : 0;
-                float *s_c = s + r * M_pad, *dp_c = dp + r * M_pad;
+                const int i = i0 + r;
+                const int64_t row = q_start + i;
+                // The keys this query sees: 0 .. j_end - 1 (on a diagonal tile those up to the row itself; none for
+                // a query past S_q).
+                int j_end = stage == TILE_DIAGONAL && row - k_start + 1 < keys ? (int)(row - k_start + 1) : keys;
+                if (i >= rows || j_end < 0) j_end = 0;   // a row before the tile's first key sees none of it
+                const float hi = w->lse2_hi[i], lo = w->lse2_lo[i], delta_i = w->delta[i];
+                float *p_i = p + i * N_pad, *ds_i = ds + i * N_pad;
+                // The keys it does not see get the score -inf, in a loop of their own: 2^-inf = 0. (A test of j in
+                // the loop below would compare integer vectors, which the "fma" version of FA_SIMD_CLONES has only
+                // in 128 bits: the whole loop would run in 128-bit vectors.)
+                for (int j = j_end; j < keys_pad; j++) p_i[j] = -INFINITY;
 #pragma omp simd
-                for (int64_t i = 0; i < M_pad; i++) {
-                    const float x = (s_c[i] - w->lse2_hi[i]) - w->lse2_lo[i];
-                    const float p = fa_exp2(i >= i_first && i < i_end ? x : -INFINITY);   // 2^-inf = 0
-                    dp_c[i] = p * (dp_c[i] - w->delta[i]);
-                    s_c[i] = p;
+                for (int j = 0; j < keys_pad; j++) {
+                    const float x = (p_i[j] - hi) - lo;
+                    const float p_ij = fa_exp2(x);
+                    ds_i[j] = p_ij * (ds_i[j] - delta_i);
+                    p_i[j] = p_ij;
                 }
             }
-            // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci (qk_scale Q_i), ROWS keys x VEC dims at a time.
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
-                along_rows_micro_kernel(s, M_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
-                along_rows_micro_kernel(dp, M_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
-            }
-            // The GPU's trip through shared memory: dS^T of every warp, read back as dS rows for dQ.
-            if (atomic_dq)
-                for (int r = 0; r < ROWS; r++)
-                    for (int64_t i = 0; i < M_pad; i++) w->ds_tile[i * N_pad + c0 + r] = dp[r * M_pad + i];
         }
 
-        if (atomic_dq) {
-            // This tile's share of dQ: dQ_i += scale * sum_c dS_ic K_c, ROWS queries at a time,
-            // added atomically: other threads add into the same rows from their own K/V tiles, in an order that
-            // changes from run to run. Queries past `rows` have dS = 0 and are never added.
-            float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
-            for (int i0 = 0; i0 < rows; i0 += ROWS) {
-                for (int64_t x = 0; x < ROWS * D_pad; x++) w->dq_rows[x] = 0.0f;
-                for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
-                    along_rows_micro_kernel(w->ds_tile + i0 * N_pad, N_pad, keys, w->k_tile + d0, D_pad,
-                                            w->dq_rows + d0);
-                for (int r = 0; r < ROWS && i0 + r < rows; r++) {
-                    float *dq_i = dq + (q_start + i0 + r) * t->dq_strides.s;
-                    for (int64_t d = 0; d < D; d++) {
+        // dV_c += sum_i P_ic dO_i and dK_c += sum_i dS_ic (qk_scale Q_i): ROWS keys x VEC dims at a time, P and dS
+        // read by columns (as P^T and dS^T), the queries in order. The last group of keys may run past the tile's:
+        // their P and dS are 0 and their dK and dV are never stored.
+        for (int c0 = 0; c0 < keys; c0 += ROWS)
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
+                along_rows_micro_kernel(p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, w->dv_acc + c0 * D_pad + d0);
+                along_rows_micro_kernel(ds + c0, 1, N_pad, rows, w->q_tile + d0, D_pad, w->dk_acc + c0 * D_pad + d0);
+            }
+
+        // This tile's share of dQ: dQ_i += sum_c dS_ic K_c, ROWS queries at a time, the keys in order. Without
+        // atomic_dq, added to the running sum this thread keeps in dQ itself (scaled once, at the end of the head);
+        // with it, summed from zero and added atomically, times scale. Queries past `rows` are never added.
+        const int64_t dq_s = t->dq_strides.s, dq_d = t->dq_strides.d;
+        for (int i0 = 0; i0 < rows; i0 += ROWS) {
+            const int group = rows - i0 < ROWS ? rows - i0 : ROWS;
+            float *dq_rows = w->dq_rows, *dq_i0 = dq + (q_start + i0) * dq_s;
+            for (int r = 0; r < ROWS; r++)
+                for (int64_t d = 0; d < D; d++)
+                    dq_rows[r * D_pad + d] = atomic_dq || r >= group ? 0.0f : dq_i0[r * dq_s + d * dq_d];
+            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
+                along_rows_micro_kernel(ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, dq_rows + d0);
+            for (int r = 0; r < group; r++)
+                for (int64_t d = 0; d < D; d++) {
+                    if (atomic_dq) {
 #pragma omp atomic update
-                        dq_i[d * t->dq_strides.d] += scale * w->dq_rows[r * D_pad + d];
+                        dq_i0[r * dq_s + d * dq_d] += scale * dq_rows[r * D_pad + d];
+                    } else {
+                        dq_i0[r * dq_s + d * dq_d] = dq_rows[r * D_pad + d];
                     }
                 }
-            }
         }
     }
 
@@ -248,80 +276,16 @@ static void dkdv_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_
     float *dv = t->dv + b * t->dv_strides.b + h * t->dv_strides.h;
     for (int c = 0; c < keys; c++)
         for (int64_t d = 0; d < D; d++) {
-            dk[(k_start + c) * t->dk_strides.s + d * t->dk_strides.d] = LN2 * dk_acc[c * D_pad + d];
-            dv[(k_start + c) * t->dv_strides.s + d * t->dv_strides.d] = dv_acc[c * D_pad + d];
+            dk[(k_start + c) * t->dk_strides.s + d * t->dk_strides.d] = LN2 * w->dk_acc[c * D_pad + d];
+            dv[(k_start + c) * t->dv_strides.s + d * t->dv_strides.d] = w->dv_acc[c * D_pad + d];
         }
 }
 
-// 3. One Q tile of one head: what one block of the deterministic dQ kernel does. Queries q_start .. + BLOCK_M - 1.
-FA_SIMD_CLONES
-static void dq_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
-                       const backward_tensors *t, workspace *w) {
-    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
-    const int64_t D_pad = w->D_pad;
-    const float scale = shape->scale, qk_scale = scale * LOG2E;
-    const int64_t b = bh / shape->H, h = bh % shape->H;
-    const float *q = t->q + b * t->q_strides.b + h * t->q_strides.h;
-    const float *k = t->k + b * t->k_strides.b + h * t->k_strides.h;
-    const float *v = t->v + b * t->v_strides.b + h * t->v_strides.h;
-    const float *dout = t->dout + b * t->do_strides.b + h * t->do_strides.h;
-    const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
-    const float *residual = t->lse_residual ? t->lse_residual + bh * S_q : NULL;
-    const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
-    float *dq_acc = w->acc_a;
-
-    stage_rows(q, t->q_strides, qk_scale, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
-    stage_rows(dout, t->do_strides, 1.0f, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
-    for (int i = 0; i < BLOCK_M; i++) {
-        lse_to_base2(i < rows ? lse[q_start + i] : 0.0f, i < rows && residual ? residual[q_start + i] : 0.0f,
-                     &w->lse2_hi[i], &w->lse2_lo[i]);
-        w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
-    }
-    for (int64_t x = 0; x < M_pad * D_pad; x++) dq_acc[x] = 0.0f;
-
-    for (int64_t k_start = 0; k_start < S_k; k_start += BLOCK_N) {
-        const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        if (stage == TILE_FUTURE) break;
-        const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);
-        stage_rows(k, t->k_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
-        stage_rows(v, t->v_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, w->v_t, N_pad);
-
-        // The warps' queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's
-        // queries: those rows of Q and dO are zeros, their dS is 0 and their dQ is never stored.
-        for (int i0 = 0; i0 < rows; i0 += ROWS) {
-            float *s = w->s, *dp = w->dp;   // [ROWS][N_pad]
-            // S_ij = (qk_scale Q_i) . K_j and dP_ij = dO_i . V_j, VEC keys at a time.
-            for (int64_t j0 = 0; j0 < N_pad; j0 += VEC) {
-                along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s + j0, N_pad);
-                along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp + j0, N_pad);
-            }
-            // P (0 past S_k and, on a diagonal tile, after the row), and dS = P * (dP - Delta).
-            for (int r = 0; r < ROWS; r++) {
-                const int64_t row = q_start + i0 + r;
-                // The keys this query sees: 0 .. j_end - 1 (on a diagonal tile those up to the row itself; none for
-                // a query past S_q).
-                int64_t j_end = stage == TILE_DIAGONAL && row - k_start + 1 < keys ? row - k_start + 1 : keys;
-                if (i0 + r >= rows) j_end = 0;
-                const float *s_i = s + r * N_pad;
-                float *dp_i = dp + r * N_pad;
-#pragma omp simd
-                for (int64_t j = 0; j < N_pad; j++) {
-                    const float x = (s_i[j] - w->lse2_hi[i0 + r]) - w->lse2_lo[i0 + r];
-                    const float p = fa_exp2(j < j_end ? x : -INFINITY);   // 2^-inf = 0
-                    dp_i[j] = p * (dp_i[j] - w->delta[i0 + r]);
-                }
-            }
-            // dQ_i += sum_j dS_ij K_j, ROWS queries x VEC dims at a time, in key order: the same sum, in the same
-            // order, every run.
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
-                along_rows_micro_kernel(dp, N_pad, keys, w->k_tile + d0, D_pad, dq_acc + i0 * D_pad + d0);
-        }
-    }
-
-    float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
-    for (int i = 0; i < rows; i++)
-        for (int64_t d = 0; d < D; d++)
-            dq[(q_start + i) * t->dq_strides.s + d * t->dq_strides.d] = scale * dq_acc[i * D_pad + d];
+// 3. The end of a head, without atomic_dq: its dQ holds sum_j dS_ij K_j; dQ = scale * that, as the dQ pass stores it.
+static void scale_dq_head(const fa_shape *shape, int64_t bh, const backward_tensors *t) {
+    float *dq = t->dq + bh / shape->H * t->dq_strides.b + bh % shape->H * t->dq_strides.h;
+    for (int64_t i = 0; i < shape->Sq; i++)
+        for (int64_t d = 0; d < shape->D; d++) dq[i * t->dq_strides.s + d * t->dq_strides.d] *= shape->scale;
 }
 
 void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n, int dq_mode,
@@ -330,25 +294,27 @@ void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n,
         fa_die("the register-tiled backward runs one dQ variant at a time (deterministic or atomic)");
     const int atomic_dq = dq_mode == FA_DQ_ATOMIC;
     const int64_t BH = shape->B * shape->H;
-    const int64_t n_q_tiles = (shape->Sq + block_m - 1) / block_m, n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
-    backward_preprocess_cpu(shape, t, atomic_dq);
+    const int64_t n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
+    backward_preprocess_cpu(shape, t, 1);   // Delta, and dQ = 0 for the sums to start from
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
-        // The loops are the CUDA grids, (blockIdx.y, blockIdx.x) = (bh, tile): one iteration is one thread block.
-        // Dynamic: under the causal mask the tiles' work differs.
-#pragma omp for collapse(2) schedule(dynamic)
-        for (int64_t bh = 0; bh < BH; bh++)
-            for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
-                dkdv_program(shape, block_m, block_n, bh, kv_tile * block_n, t, atomic_dq, &w);
-        if (!atomic_dq) {
+        if (atomic_dq) {
+            // The loops are the CUDA grid, (blockIdx.y, blockIdx.x) = (bh, kv tile): one iteration is one block.
+            // Dynamic: under the causal mask the tiles' work differs.
 #pragma omp for collapse(2) schedule(dynamic)
             for (int64_t bh = 0; bh < BH; bh++)
-                for (int64_t i = 0; i < n_q_tiles; i++) {
-                    // Causal: the last Q tiles see the most keys; starting with them, the short ones fill in last.
-                    const int64_t q_tile = n_q_tiles - 1 - i;
-                    dq_program(shape, block_m, block_n, bh, q_tile * block_m, t, &w);
-                }
+                for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
+                    kv_tile_program(shape, block_m, block_n, bh, kv_tile * block_n, t, 1, &w);
+        } else {
+            // One head per iteration, its K/V tiles in order on one thread: dQ's sums in one fixed order, whatever
+            // the thread count. (A machine with more cores than heads leaves some idle.)
+#pragma omp for schedule(dynamic)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
+                    kv_tile_program(shape, block_m, block_n, bh, kv_tile * block_n, t, 0, &w);
+                scale_dq_head(shape, bh, t);
+            }
         }
         free(w.q_tile);   // the start of the one allocation
     }

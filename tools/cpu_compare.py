@@ -105,6 +105,8 @@ def main():
     ap.add_argument("--series", type=int, default=3, help="interleaved series per configuration")
     ap.add_argument("--log", help="also write the log to this file")
     ap.add_argument("--quick", action="store_true", help="one small shape, one series")
+    ap.add_argument("--note", action="append", default=[],
+                    help="a line for the log's header, e.g. what else ran on the machine (may be repeated)")
     a = ap.parse_args()
     try:
         import torch
@@ -132,6 +134,8 @@ def main():
         f"series per configuration, medians")
     say("command: " + " ".join(["tools/cpu_compare.py"] + sys.argv[1:]))
     say(f"python {platform.python_version()}, {platform.machine()}")
+    for note in a.note:
+        say("note: " + note)
     say("fma_peak before:")
     for line in peak_text.splitlines():
         say("  " + line)
