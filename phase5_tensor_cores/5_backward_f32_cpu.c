@@ -15,7 +15,7 @@
 //   with phase 4's, which computes one row at a time, and with what a CPU library does. It has no CUDA twin: on the
 //   GPU the float32 backward is phase 4's, and the tiled one is step 4, on tensor cores (whose blocks of one head
 //   run at the same time, so dQ needs its own pass or atomics there).
-// Diff:      diff -u phase5_tensor_cores/4_backward_cpu.c phase5_tensor_cores/5_backward_f32_cpu.c
+// Diff:      diff -u phase5_tensor_cores/4_backward_dkdv_cpu.c phase5_tensor_cores/5_backward_f32_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 5 --B 1 --H 8 --S 2048 --D 64 --threads 2 --dq both
 #include "register_tiles.h"
 
