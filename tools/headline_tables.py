@@ -211,6 +211,40 @@ def table_phase5_forward(log):
     return out
 
 
+
+def table_phase5_ablation(log):
+    """One row per forward step of phase 5 (one technique each), bf16: its speed beside FlashAttention-2's from the
+    same run, and the profiler's counts for it (tools/profile.sh's reports beside the log, h100-ncu-<kernel>-d<D>.txt)."""
+    import ncu_tables   # the reports' reader, tools/ncu_tables.py
+    folder = os.path.dirname(log.path)
+    steps = (("2 `mma.sync`", "step 2 mma bf16", "step2-mma"), ("3a swizzle", "step 3a swizzle bf16", "step3a-swizzle"),
+             ("3b `cp.async`", "step 3b cp.async bf16", "step3b-cp_async"),
+             ("3 scale folded into `exp2`", "step 3 pipeline bf16", "step3-pipeline"),
+             ("FlashAttention-2 (PyTorch)", None, "pytorch-flash"))
+    speed = lambda label, s: (torch_row(log, "sdpa flash bf16", s[0], s[1]) if label is None else
+                              log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype="bf16", step=None))
+    both = lambda report, f: " / ".join(f(ncu_tables.read_report(folder, f"{report}-d{D}")) for D in (64, 128))
+    get = ncu_tables.get
+    out = [log.source("bf16, B=4, H=16, S=4096, TFLOP/s by the suite's convention, each step's ratio to PyTorch's "
+                      "FlashAttention-2 from the same run; the profiler's columns at D=64 / D=128, non-causal, from "
+                      "`tools/profile.sh` (one launch each, h100-ncu-*.txt beside the log)", "`tools/headline.sh`"), "",
+           "| step | TFLOP/s: D=64, causal, D=128, causal | / FA2 | instructions | shared wavefronts "
+           "(bank conflicts) | tensor pipe busy | registers | occupancy |",
+           "|---|---|---|---|---|---|---|---|"]
+    for what, label, report in steps:
+        cells = [
+            " / ".join(f"{tf(speed(label, s)):.1f}" for s in SHAPES),
+            " / ".join(f"{ms(speed(None, s)) / ms(speed(label, s)):.2f}" for s in SHAPES),
+            both(report, lambda r: ncu_tables.millions(get(r, "instructions"))),
+            both(report, lambda r: f"{ncu_tables.millions(get(r, 'wavefronts'))} "
+                                   f"({ncu_tables.millions(get(r, 'conflicts'))})"),
+            both(report, lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
+            both(report, lambda r: f"{get(r, 'registers'):.0f}"),
+            both(report, lambda r: f"{get(r, 'occupancy'):.1f}%"),
+        ]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    return out
+
 def table_phase5_readme(log):
     p5 = lambda label: {s: log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype="bf16", step=None)
                         for s in SHAPES}
@@ -316,6 +350,7 @@ TABLES = {   # name -> (where the docs show it, the function)
     "forward": ("docs/03-forward-4d.md, Measured on the GPU", table_forward),
     "backward": ("docs/04-backward.md, the backward on the GPU", table_backward),
     "phase5-forward": ("docs/06-tensor-cores.md, phase 5 beside PyTorch", table_phase5_forward),
+    "phase5-ablation": ("docs/06-tensor-cores.md, the ablation, one row per step", table_phase5_ablation),
     "phase5-readme": ("phase5_tensor_cores/README.md, Measured", table_phase5_readme),
     "step4-backward": ("docs/07-tensor-core-backward.md, What the driver shows", table_step4_backward),
     "phase6-off": ("docs/08-extensions.md, What each feature costs when it is off", table_phase6_off),

@@ -28,6 +28,7 @@ VALUES = {   # what the tables show -> the line of the report that holds it
     "conflicts": r"^\s*l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld\.sum\s+([\d.,]+)",
     "ipc": r"^\s*Issued Ipc Active\s+inst/cycle\s+([\d.,]+)",
     "no_eligible": r"^\s*No Eligible\s+%\s+([\d.,]+)",
+    "occupancy": r"^\s*Achieved Occupancy\s+%\s+([\d.,]+)",
 }
 
 
@@ -71,7 +72,8 @@ def source(folder, names, what):
 
 
 def forward_table(folder, D):
-    names = [f"step1-regtile-d{D}", f"step2-mma-d{D}", f"step3-pipeline-d{D}", f"pytorch-flash-d{D}"]
+    names = [f"step1-regtile-d{D}", f"step2-mma-d{D}", f"step3a-swizzle-d{D}", f"step3b-cp_async-d{D}",
+             f"step3-pipeline-d{D}", f"pytorch-flash-d{D}"]
     r = [read_report(folder, n) for n in names]
     dash = lambda i, text: "-" if i == 0 else text
     rows = [
@@ -88,7 +90,7 @@ def forward_table(folder, D):
         ("cycles a scheduler had no eligible warp", [f"{get(x, 'no_eligible'):.0f}%" for x in r]),
     ]
     out = [source(folder, names, f"`B=4 H=16 S=4096 D={D}`, bf16, non-causal"), "",
-           f"| `D = {D}` | step 1 | step 2 | step 3 | FlashAttention-2 |", "|---|---|---|---|---|"]
+           f"| `D = {D}` | step 1 | step 2 | step 3a | step 3b | step 3 | FlashAttention-2 |", "|---|---|---|---|---|---|---|"]
     out += [f"| {what} | " + " | ".join(cells) + " |" for what, cells in rows]
     return out
 
