@@ -18,6 +18,7 @@
 #include "fa_half.h"
 #include "fa_oracle.h"
 #include "fa_tensor.h"
+#include "fa_test_lse.h"
 #include "fa_verify.h"
 #include "hopper.h"
 
@@ -47,27 +48,6 @@ static const step_kind STEPS[] = {
     {"step 5 overlap", flash_forward_overlap_cuda, 128, 128},
 };
 
-// One unit in the last place of float32 at the largest |LSE|.
-static double ulp_of_largest(const double *lse, int64_t n) {
-    float largest = 0.0f;
-    for (int64_t i = 0; i < n; i++) largest = fmaxf(largest, fabsf((float)lse[i]));
-    return (double)nextafterf(largest, INFINITY) - (double)largest;
-}
-
-static double max_abs_err(const float *got, const double *want, int64_t n) {
-    double err = 0.0;
-    for (int64_t i = 0; i < n; i++) err = fmax(err, fabs((double)got[i] - want[i]));
-    return err;
-}
-
-// Half bits of x (already rounded to dtype); one element more, which the upload may read (it moves float pairs).
-static uint16_t *to_half_bits(const float *x, int64_t n, int dtype) {
-    uint16_t *h = calloc((size_t)n + 1, sizeof *h);
-    if (!h) fa_die("out of memory for the half inputs");
-    fa_floats_to_half(x, h, n, dtype);
-    return h;
-}
-
 static void check_draw(fa_shape s, int dtype, uint64_t seed) {
     s.scale = (float)(1.0 / sqrt((double)s.D));
     const int64_t nq = fa_numel_q(&s), nk = fa_numel_kv(&s), nl = fa_numel_lse(&s);
@@ -95,8 +75,9 @@ static void check_draw(fa_shape s, int dtype, uint64_t seed) {
     fa_options opt;
     memset(&opt, 0, sizeof opt);
     opt.shape = s;
-    fa_half_inputs half = {dtype, to_half_bits(q, nq, dtype), to_half_bits(k, nk, dtype), to_half_bits(v, nk, dtype),
-                           NULL};
+    opt.dtype = dtype;
+    fa_half_inputs half;   // q, k and v are already rounded to dtype: these are their bits
+    fa_make_half_inputs(&opt, &(fa_inputs){q, k, v, NULL}, &half);
     fa_device_half_inputs dev = {0};
     fa_upload_half_inputs(&opt, &half, &dev);
     float *o_dev = fa_gpu_alloc(nq, "O"), *lse_dev = fa_gpu_alloc(nl, "LSE");

@@ -21,6 +21,7 @@
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_test_device.h"
+#include "fa_test_lse.h"
 #include "fa_verify.h"
 
 #include <math.h>
@@ -117,21 +118,6 @@ static void run_flash(const fa_shape *s, int on_gpu, int dq_mode, const float *q
     fa_gpu_free(q_d), fa_gpu_free(k_d), fa_gpu_free(v_d), fa_gpu_free(do_d), fa_gpu_free(o_d), fa_gpu_free(lse_d);
     fa_gpu_free(res_d), fa_gpu_free(delta_d), fa_gpu_free(dq_d), fa_gpu_free(dk_d), fa_gpu_free(dv_d);
 #endif
-}
-
-// The largest |got - want| over n elements.
-static double max_abs_err(const float *got, const double *want, int64_t n) {
-    double err = 0.0;
-    for (int64_t i = 0; i < n; i++) err = fmax(err, fabs((double)got[i] - want[i]));
-    return err;
-}
-
-// One unit in the last place of float32 at the largest |LSE|: a float32 LSE can be no better than the exact one
-// rounded, which is off by up to half of it.
-static double ulp_of_largest(const double *lse, int64_t n) {
-    float largest = 0.0f;
-    for (int64_t i = 0; i < n; i++) largest = fmaxf(largest, fabsf((float)lse[i]));
-    return (double)nextafterf(largest, INFINITY) - (double)largest;
 }
 
 static void check_draw(fa_shape s, int on_gpu, uint64_t seed) {

@@ -25,6 +25,7 @@
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_test_device.h"
+#include "fa_test_lse.h"
 #include "fa_verify.h"
 #include "oracle_ext.h"
 #include "ring.h"
@@ -74,20 +75,6 @@ static void standard_attention(const fa_shape *s, int bottom_right, const float 
             lse[bh * Sq + i] = row_max + logf(row_sum);
         }
     free(p);
-}
-
-// One unit in the last place of float32 at the largest |LSE|: a float32 LSE can be no better than the exact one
-// rounded, which is off by up to half of it.
-static double ulp_of_largest(const double *lse, int64_t n) {
-    float largest = 0.0f;
-    for (int64_t i = 0; i < n; i++) largest = fmaxf(largest, fabsf((float)lse[i]));
-    return (double)nextafterf(largest, INFINITY) - (double)largest;
-}
-
-static double max_abs_err(const float *got, const double *want, int64_t n) {
-    double err = 0.0;
-    for (int64_t i = 0; i < n; i++) err = fmax(err, fabs((double)got[i] - want[i]));
-    return err;
 }
 
 // The inputs of one draw, float32 and the oracle's float64 copies.

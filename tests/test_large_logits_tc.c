@@ -23,6 +23,7 @@
 #include "fa_oracle.h"
 #include "fa_tensor.h"
 #include "fa_test_device.h"
+#include "fa_test_lse.h"
 #include "fa_verify.h"
 #include "register_tiles.h"
 #include "tensor_cores.h"
@@ -48,28 +49,12 @@ typedef struct {
     int step, dtype;
 } forward_case;
 
-// Inputs of one draw: float32 values (rounded to dtype for the half steps) and their half bits.
+// Inputs of one draw: float32 values (rounded to dtype for the half steps) and, for those, their half bits.
 typedef struct {
-    float *q, *k, *v;
-    uint16_t *q16, *k16, *v16;
+    fa_options opt;         // the shape and dtype, for the driver's half-input functions
+    fa_inputs f32;
+    fa_half_inputs half;
 } inputs;
-
-static uint16_t *half_bits(const float *x, int64_t n, int dtype) {
-    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n + 1));   // + 1: whole floats for the GPU copies
-    if (!h) fa_die("out of memory for the half inputs");
-    h[n] = 0;
-    fa_floats_to_half(x, h, n, dtype);
-    return h;
-}
-
-#if FA_HAVE_CUDA
-// A half tensor of n elements on the GPU, as floats (two halves each).
-static float *upload_half(const uint16_t *h, int64_t n, const char *what) {
-    float *d = fa_gpu_alloc((n + 1) / 2, what);
-    fa_gpu_upload(d, (const float *)(const void *)h, (n + 1) / 2);
-    return d;
-}
-#endif
 
 static void run_forward(const fa_shape *s, int on_gpu, const forward_case *fc, const inputs *in, float *o,
                         float *lse) {
@@ -77,66 +62,59 @@ static void run_forward(const fa_shape *s, int on_gpu, const forward_case *fc, c
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
     if (!on_gpu) {
         if (fc->step == 1) {
-            const forward_tensors f = {in->q, in->k, in->v, sq, sk, sk, o, sq, lse, NULL};
+            const forward_tensors f = {in->f32.q, in->f32.k, in->f32.v, sq, sk, sk, o, sq, lse, NULL};
             flash_forward_regtile_cpu(s, BLOCK_M_REGTILE, BLOCK_N_REGTILE, &f);
         } else {
-            const tc_forward_tensors f = {in->q16, in->k16, in->v16, sq, sk, sk, o, sq, lse};
+            const tc_forward_tensors f = {in->half.q, in->half.k, in->half.v, sq, sk, sk, o, sq, lse};
             if (fc->step == 2) flash_forward_mma_cpu(s, fc->dtype, BLOCK_M_TC, BLOCK_N_TC, &f, NULL);
             else flash_forward_pipeline_cpu(s, fc->dtype, BLOCK_M_TC, BLOCK_N_TC, &f, NULL);
         }
         return;
     }
 #if FA_HAVE_CUDA
-    float *o_d = fa_gpu_alloc(nq, "O"), *lse_d = fa_gpu_alloc(nl, "LSE"), *q_d, *k_d, *v_d;
+    float *o_d = fa_gpu_alloc(nq, "O"), *lse_d = fa_gpu_alloc(nl, "LSE");
     fa_gpu_poison(o_d, nq), fa_gpu_poison(lse_d, nl);
     if (fc->step == 1) {
-        q_d = fa_gpu_alloc(nq, "q"), k_d = fa_gpu_alloc(nk, "k"), v_d = fa_gpu_alloc(nk, "v");
-        fa_gpu_upload(q_d, in->q, nq), fa_gpu_upload(k_d, in->k, nk), fa_gpu_upload(v_d, in->v, nk);
-        const forward_tensors f = {q_d, k_d, v_d, sq, sk, sk, o_d, sq, lse_d, NULL};
+        fa_device_inputs dev;
+        fa_upload_inputs(&in->opt, &in->f32, &dev);
+        const forward_tensors f = {dev.q, dev.k, dev.v, sq, sk, sk, o_d, sq, lse_d, NULL};
         flash_forward_regtile_cuda(s, BLOCK_M_REGTILE, BLOCK_N_REGTILE, &f);
+        fa_gpu_synchronize("phase 5 forward");
+        fa_free_device_inputs(&dev);
     } else {
-        q_d = upload_half(in->q16, nq, "q"), k_d = upload_half(in->k16, nk, "k"), v_d = upload_half(in->v16, nk, "v");
-        const tc_forward_tensors f = {q_d, k_d, v_d, sq, sk, sk, o_d, sq, lse_d};
+        fa_device_half_inputs dev;
+        fa_upload_half_inputs(&in->opt, &in->half, &dev);
+        const tc_forward_tensors f = {dev.q, dev.k, dev.v, sq, sk, sk, o_d, sq, lse_d};
         if (fc->step == 2) flash_forward_mma_cuda(s, fc->dtype, BLOCK_M_TC, BLOCK_N_TC, &f);
         else flash_forward_pipeline_cuda(s, fc->dtype, BLOCK_M_TC, BLOCK_N_TC, &f);
+        fa_gpu_synchronize("phase 5 forward");
+        fa_free_device_half_inputs(&dev);
     }
-    fa_gpu_synchronize("phase 5 forward");
     fa_gpu_download(o, o_d, nq), fa_gpu_download(lse, lse_d, nl);
-    fa_gpu_free(q_d), fa_gpu_free(k_d), fa_gpu_free(v_d), fa_gpu_free(o_d), fa_gpu_free(lse_d);
+    fa_gpu_free(o_d), fa_gpu_free(lse_d);
 #else
     (void)nq, (void)nk, (void)nl, (void)fc, (void)in, (void)o, (void)lse;
 #endif
 }
 
-// The largest |got - want| over n elements.
-static double max_abs_err(const float *got, const double *want, int64_t n) {
-    double err = 0.0;
-    for (int64_t i = 0; i < n; i++) err = fmax(err, fabs((double)got[i] - want[i]));
-    return err;
-}
-
-// One unit in the last place of float32 at the largest |LSE|.
-static double ulp_of_largest(const double *lse, int64_t n) {
-    float largest = 0.0f;
-    for (int64_t i = 0; i < n; i++) largest = fmaxf(largest, fabsf((float)lse[i]));
-    return (double)nextafterf(largest, INFINITY) - (double)largest;
-}
-
 static void check_draw(fa_shape s, int on_gpu, const forward_case *fc, uint64_t seed) {
     s.scale = (float)(1.0 / sqrt((double)s.D));
     const int64_t nq = fa_numel_q(&s), nk = fa_numel_kv(&s), nl = fa_numel_lse(&s);
-    inputs in = {fa_alloc_floats(nq, "q"), fa_alloc_floats(nk, "k"), fa_alloc_floats(nk, "v"), NULL, NULL, NULL};
-    fa_fill_random(in.q, nq, seed, FA_STREAM_Q, LOGIT_AMPLITUDE);
-    fa_fill_random(in.k, nk, seed, FA_STREAM_K, LOGIT_AMPLITUDE);
-    fa_fill_random(in.v, nk, seed, FA_STREAM_V, 1.0f);
+    inputs in;
+    memset(&in, 0, sizeof in);
+    in.opt.shape = s, in.opt.dtype = fc->dtype;
+    in.f32 = (fa_inputs){fa_alloc_floats(nq, "q"), fa_alloc_floats(nk, "k"), fa_alloc_floats(nk, "v"), NULL};
+    fa_fill_random(in.f32.q, nq, seed, FA_STREAM_Q, LOGIT_AMPLITUDE);
+    fa_fill_random(in.f32.k, nk, seed, FA_STREAM_K, LOGIT_AMPLITUDE);
+    fa_fill_random(in.f32.v, nk, seed, FA_STREAM_V, 1.0f);
     if (fc->step > 1) {
-        fa_round_floats(in.q, nq, fc->dtype), fa_round_floats(in.k, nk, fc->dtype);
-        fa_round_floats(in.v, nk, fc->dtype);
-        in.q16 = half_bits(in.q, nq, fc->dtype), in.k16 = half_bits(in.k, nk, fc->dtype);
-        in.v16 = half_bits(in.v, nk, fc->dtype);
+        fa_round_floats(in.f32.q, nq, fc->dtype), fa_round_floats(in.f32.k, nk, fc->dtype);
+        fa_round_floats(in.f32.v, nk, fc->dtype);
+        fa_make_half_inputs(&in.opt, &in.f32, &in.half);
     }
 
-    double *q64 = fa_to_double(in.q, nq, "q"), *k64 = fa_to_double(in.k, nk, "k"), *v64 = fa_to_double(in.v, nk, "v");
+    double *q64 = fa_to_double(in.f32.q, nq, "q"), *k64 = fa_to_double(in.f32.k, nk, "k");
+    double *v64 = fa_to_double(in.f32.v, nk, "v");
     double *o64 = fa_alloc_doubles(nq, "O"), *lse64 = fa_alloc_doubles(nl, "LSE");
     fa_oracle_forward(&s, q64, k64, v64, NULL, o64, lse64);
     fa_magnitudes mag;
@@ -147,10 +125,10 @@ static void check_draw(fa_shape s, int on_gpu, const forward_case *fc, uint64_t 
     if (fc->step == 1) {
         const int64_t ns = fa_numel_scores(&s);
         float *scores = fa_alloc_floats(ns, "S"), *probs = fa_alloc_floats(ns, "P");
-        naive_attention_cpu(&s, in.q, in.k, in.v, scores, probs, ref_o, ref_lse);
+        naive_attention_cpu(&s, in.f32.q, in.f32.k, in.f32.v, scores, probs, ref_o, ref_lse);
         free(scores), free(probs);
     } else {
-        fa_half_reference_forward(&s, fc->dtype, in.q, in.k, in.v, NULL, ref_o, ref_lse);
+        fa_half_reference_forward(&s, fc->dtype, in.f32.q, in.f32.k, in.f32.v, NULL, ref_o, ref_lse);
     }
     float *o = fa_alloc_floats(nq, "O"), *lse = fa_alloc_floats(nl, "LSE");
     fa_poison(o, nq), fa_poison(lse, nl);
@@ -196,7 +174,8 @@ static void check_draw(fa_shape s, int on_gpu, const forward_case *fc, uint64_t 
     printf("  %s\n", ok ? "ok" : "FAIL");
     if (!ok) failures++;
 
-    free(in.q), free(in.k), free(in.v), free(in.q16), free(in.k16), free(in.v16);
+    free(in.f32.q), free(in.f32.k), free(in.f32.v);
+    if (fc->step > 1) fa_free_half_inputs(&in.half);
     free(q64), free(k64), free(v64), free(o64), free(lse64), free(ref_o), free(ref_lse), free(o), free(lse);
     fa_free_magnitudes(&mag);
 }
