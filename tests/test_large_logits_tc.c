@@ -58,7 +58,7 @@ typedef struct {
 
 static void run_forward(const fa_shape *s, int on_gpu, const forward_case *fc, const inputs *in, float *o,
                         float *lse) {
-    const int64_t nq = fa_numel_q(s), nk = fa_numel_kv(s), nl = fa_numel_lse(s);
+    const int64_t nq = fa_numel_q(s), nl = fa_numel_lse(s);
     const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
     if (!on_gpu) {
         if (fc->step == 1) {
@@ -93,7 +93,7 @@ static void run_forward(const fa_shape *s, int on_gpu, const forward_case *fc, c
     fa_gpu_download(o, o_d, nq), fa_gpu_download(lse, lse_d, nl);
     fa_gpu_free(o_d), fa_gpu_free(lse_d);
 #else
-    (void)nq, (void)nk, (void)nl, (void)fc, (void)in, (void)o, (void)lse;
+    (void)nq, (void)nl, (void)fc, (void)in, (void)o, (void)lse;
 #endif
 }
 
