@@ -223,7 +223,6 @@ def table_phase5_ablation(log):
              ("FlashAttention-2 (PyTorch)", None, "pytorch-flash"))
     speed = lambda label, s: (torch_row(log, "sdpa flash bf16", s[0], s[1]) if label is None else
                               log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype="bf16", step=None))
-    both = lambda report, f: " / ".join(f(ncu_tables.read_report(folder, f"{report}-d{D}")) for D in (64, 128))
     get = ncu_tables.get
     out = [log.source("bf16, B=4, H=16, S=4096, TFLOP/s by the suite's convention, each step's ratio to PyTorch's "
                       "FlashAttention-2 from the same run; the profiler's columns at D=64 / D=128, non-causal, from "
@@ -232,15 +231,17 @@ def table_phase5_ablation(log):
            "(bank conflicts) | tensor pipe busy | registers | occupancy |",
            "|---|---|---|---|---|---|---|---|"]
     for what, label, report in steps:
+        reports = [ncu_tables.read_report(folder, f"{report}-d{D}") for D in (64, 128)]   # each file read once
+        both = lambda f: " / ".join(f(r) for r in reports)
         cells = [
             " / ".join(f"{tf(speed(label, s)):.1f}" for s in SHAPES),
             " / ".join(f"{ms(speed(None, s)) / ms(speed(label, s)):.2f}" for s in SHAPES),
-            both(report, lambda r: ncu_tables.millions(get(r, "instructions"))),
-            both(report, lambda r: f"{ncu_tables.millions(get(r, 'wavefronts'))} "
+            both(lambda r: ncu_tables.millions(get(r, "instructions"))),
+            both(lambda r: f"{ncu_tables.millions(get(r, 'wavefronts'))} "
                                    f"({ncu_tables.millions(get(r, 'conflicts'))})"),
-            both(report, lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
-            both(report, lambda r: f"{get(r, 'registers'):.0f}"),
-            both(report, lambda r: f"{get(r, 'occupancy'):.1f}%"),
+            both(lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
+            both(lambda r: f"{get(r, 'registers'):.0f}"),
+            both(lambda r: f"{get(r, 'occupancy'):.1f}%"),
         ]
         out.append(f"| {what} | " + " | ".join(cells) + " |")
     return out
