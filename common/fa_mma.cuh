@@ -106,15 +106,35 @@ __device__ __forceinline__ float half_to_float(__half x) { return __half2float(x
 __device__ __forceinline__ float half_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // scale * q_row . k_row(max_key) in double, from the half values the mma multiplied (fa_half_score_in_double on the
-// CPU); rows of D contiguous elements, k_row = k + max_key * stride_ks. max_key < 0 (the row saw no key) gives NaN.
-template <typename T>
-__device__ double score_in_double_half(const T *q_row, const T *k, int64_t stride_ks, int64_t max_key, int D,
-                                       float scale) {
-    if (max_key < 0) return nan("");
-    const T *k_row = k + max_key * stride_ks;
+// CPU): the 4 lanes of the row's quad compute it together. Lane t multiplies the 16-byte chunks t, t + 4, t + 8, ...
+// of the two rows (CHUNK halves each), with all of its loads in flight at once, and two shuffles add the quad's four
+// partial sums. (One lane walking the D products alone would wait for each load in turn, at the end of the kernel,
+// where no other work hides the wait: that costs more than the whole search for the max key.) Every product of two
+// halves is exact in double, so only the order of the additions differs from the CPU's, in double's last bits.
+// Called by the whole warp with the quad's own max_key; max_key < 0 (the row saw no key, or is past S_q) loads
+// nothing and gives NaN. Rows of D contiguous elements, 16-byte aligned, as the kernels' contract requires.
+template <typename T, int D>
+__device__ __forceinline__ double quad_score_in_double(const T *q_row, const T *k, int64_t stride_ks, int64_t max_key,
+                                                       float scale, int t) {
+    constexpr int CHUNKS = D / CHUNK;
     double dot = 0.0;
-    for (int d = 0; d < D; d++) dot += (double)half_to_float(q_row[d]) * (double)half_to_float(k_row[d]);
-    return (double)scale * dot;
+    if (max_key >= 0) {
+        const T *k_row = k + max_key * stride_ks;
+#pragma unroll
+        for (int i = 0; i < (CHUNKS + 3) / 4; i++) {
+            const int c = 4 * i + t;
+            if (c >= CHUNKS) break;
+            const uint4 q_chunk = *reinterpret_cast<const uint4 *>(q_row + c * CHUNK);
+            const uint4 k_chunk = *reinterpret_cast<const uint4 *>(k_row + c * CHUNK);
+            const T *q_halves = reinterpret_cast<const T *>(&q_chunk), *k_halves = reinterpret_cast<const T *>(&k_chunk);
+#pragma unroll
+            for (int e = 0; e < CHUNK; e++)
+                dot += (double)half_to_float(q_halves[e]) * (double)half_to_float(k_halves[e]);
+        }
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    return max_key < 0 ? nan("") : (double)scale * dot;
 }
 
 #endif

@@ -57,6 +57,32 @@ template <int D, int BLOCK_M, int BLOCK_N> struct regtile {
     static constexpr int MIN_BLOCKS = SMEM_FLOAT4 * 16 <= TWO_BLOCKS_SMEM_BYTES ? 2 : 1;
 };
 
+// scale * q_row . k_row(key) in double (fa_math.h, score_in_double), by the THREADS_N threads of the row together:
+// thread tx multiplies the float4s tx, tx + 16, ... of the two rows, with all of its loads in flight at once, and
+// four shuffles add the 16 partial sums. (One thread walking the D products alone would wait for each load in turn,
+// at the end of the kernel, where no other work hides the wait.) Called by the whole warp, with the same key in the
+// row's 16 threads; key < 0 (the row saw no key, or is past S_q) loads nothing and gives NaN.
+template <int D>
+__device__ __forceinline__ double row_score_in_double(const float *q_row, const float *k, int64_t stride_ks,
+                                                      int64_t key, float scale, int tx) {
+    constexpr int D4 = D / 4;
+    double dot = 0.0;
+    if (key >= 0) {
+        const float4 *q4 = reinterpret_cast<const float4 *>(q_row);
+        const float4 *k4 = reinterpret_cast<const float4 *>(k + key * stride_ks);
+#pragma unroll
+        for (int i = 0; i < (D4 + THREADS_N - 1) / THREADS_N; i++) {
+            const int c = tx + THREADS_N * i;
+            if (c >= D4) break;
+            const float4 a = q4[c], b = k4[c];
+            dot += (double)a.x * b.x + (double)a.y * b.y + (double)a.z * b.z + (double)a.w * b.w;
+        }
+    }
+#pragma unroll
+    for (int offset = 1; offset < THREADS_N; offset *= 2) dot += __shfl_xor_sync(FULL_WARP, dot, offset);
+    return key < 0 ? NAN : (double)scale * dot;
+}
+
 __device__ __forceinline__ float dot4(float4 a, float4 b, float sum) {
     sum = fmaf(a.x, b.x, sum);
     sum = fmaf(a.y, b.y, sum);
@@ -272,13 +298,17 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
     }
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
-    // rebuild its row of P, from the max key's score in double (fa_math.h, score_in_double).
+    // rebuild its row of P, from the max key's score in double (fa_math.h, score_in_double). The row's 16 threads
+    // read the max_key that its thread tx = 0 wrote: the warp synchronises first.
+    __syncwarp();
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         float l = l_i[r];
 #pragma unroll
         for (int offset = 1; offset < THREADS_N; offset *= 2) l += __shfl_xor_sync(FULL_WARP, l, offset);
         const int64_t row = q_start + row0 + r;
+        const double s_max = row_score_in_double<D>(q + row * q_strides.s, k, k_strides.s,
+                                                    row < S_q ? max_key[row0 + r] : -1, scale, tx);
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l;
         if (stores_o) {
@@ -289,8 +319,6 @@ flash_forward_regtile_kernel(const float *__restrict__ q, fa_strides q_strides, 
         }
         if (tx == 0) {
             float residual;   // (step 1 stores no residual)
-            const double s_max = score_in_double(q + row * q_strides.s, 1, k, k_strides.s, 1, max_key[row0 + r], D,
-                                                 scale);
             lse[row] = lse_from_max_score(s_max, m_i[r], l, &residual);
         }
     }

@@ -236,15 +236,17 @@ flash_forward_swizzle_kernel(const T *__restrict__ q, fa_strides q_strides, cons
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int64_t row = row_g + 8 * r;
+        // The max key's score in double, by the four lanes of the quad (so before the row test: all lanes take part).
+        const double s_max = quad_score_in_double<T, D>(q + row * q_strides.s, k, k_strides.s,
+                                                        row < S_q ? max_key[r] : -1, scale, t);
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l_i[r];
 #pragma unroll
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0) {   // LSE from the max key's score in double, from the half values the mma multiplied
+        if (t == 0) {   // LSE from the max key's score in double
             float residual;   // (the tensor-core forward stores no residual)
-            const double s_max = score_in_double_half(q + row * q_strides.s, k, k_strides.s, max_key[r], D, scale);
             lse[row] = lse_from_max_score(s_max, m_i[r], l_i[r], &residual);
         }
     }

@@ -315,15 +315,16 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int64_t row = row_g + 8 * r;
+        // The LSE from the max key's score in double (max_key.cuh): the whole quad computes it, before the row test.
+        const float lse_r = row_lse<T, D>(q_head + row * p.q_strides.s, k_head, p.k_strides.s,
+                                         row < S_q ? max_key[r] : -1, p.scale, qk_scale, m_i[r], l_i[r], t);
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l_i[r];
 #pragma unroll
         for (int db = 0; db < D_BLOCKS; db++)
             *reinterpret_cast<float2 *>(o + row * p.o_strides.s + db * MMA_N + 2 * t) =
                 make_float2(o_acc[db][2 * r] * inv_l, o_acc[db][2 * r + 1] * inv_l);
-        if (t == 0)   // from the max key's score in double (max_key.cuh)
-            lse[row] = row_lse(q_head + row * p.q_strides.s, k_head, p.k_strides.s, max_key[r], D, p.scale, qk_scale,
-                               m_i[r], l_i[r]);
+        if (t == 0) lse[row] = lse_r;
     }
 }
 

@@ -1,4 +1,4 @@
-// max_key.cuh - phase 7: the log-sum-exp at large logits, the two device helpers every forward step shares.
+// max_key.cuh - phase 7: the log-sum-exp at large logits, the device helpers every forward step shares.
 //
 // LSE = s_max + log(sum_j exp(s_j - s_max)), and at logits of a few hundred the first term is nearly all of it, so
 // the stored LSE is only as good as s_max. The kernel's running max m_i is a float32 sum of D products (wgmma adds
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "fa_math.h"     // lse_from_max_score
-#include "fa_mma.cuh"    // MMA_N
+#include "fa_mma.cuh"    // MMA_N, quad_score_in_double
 #include "fa_warp.cuh"   // FULL_WARP
 
 // The first key of this tile whose score in row half r (0: row g, 1: row g + 8) equals m_tile; INT_MAX if none.
@@ -51,27 +51,14 @@ __device__ __forceinline__ void update_max_key(int &max_key, const float s[KEY_B
     }
 }
 
-__device__ __forceinline__ double half_to_double(__half x) { return (double)__half2float(x); }
-__device__ __forceinline__ double half_to_double(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
-
-// scale * (q_row . k_row(key)) in double, from the half inputs as stored (the rows of one head; stride d = 1).
-// key < 0 (the row saw no key) gives NaN, which lse_from_max_score replaces by the kernel's own max.
-template <typename T>
-__device__ __forceinline__ double half_score_in_double(const T *q_row, const T *k_head, int64_t k_stride_s, int key,
-                                                       int D, float scale) {
-    if (key < 0 || key == INT_MAX) return NAN;
-    const T *k_row = k_head + key * k_stride_s;
-    double dot = 0.0;
-    for (int d = 0; d < D; d++) dot += half_to_double(q_row[d]) * half_to_double(k_row[d]);
-    return (double)scale * dot;
-}
-
 // The row's LSE (natural log) from its max key's score in double and the kernel's m_i (raw score) and l_i (the sum
-// of 2^(s_j qk_scale - m_i qk_scale)).
-template <typename T>
-__device__ __forceinline__ float row_lse(const T *q_row, const T *k_head, int64_t k_stride_s, int key, int D,
-                                         float scale, float qk_scale, float m_i, float l_i) {
-    const double s_max = half_score_in_double(q_row, k_head, k_stride_s, key, D, scale);
+// of 2^(s_j qk_scale - m_i qk_scale)). The four lanes of the row's quad compute the score together
+// (common/fa_mma.cuh, quad_score_in_double), so every lane of the warp calls it, and each gets the LSE; key < 0
+// (the row saw no key, or is past S_q) loads nothing, and lse_from_max_score falls back on the kernel's own max.
+template <typename T, int D>
+__device__ __forceinline__ float row_lse(const T *q_row, const T *k_head, int64_t k_stride_s, int key, float scale,
+                                         float qk_scale, float m_i, float l_i, int t) {
+    const double s_max = quad_score_in_double<T, D>(q_row, k_head, k_stride_s, key == INT_MAX ? -1 : key, scale, t);
     float residual;   // what a float32 LSE does not hold; the phase 7 forward does not store it
     return lse_from_max_score(s_max, m_i * qk_scale, l_i, &residual);
 }

@@ -15,6 +15,8 @@ Run (PyTorch installed on the side, e.g. python3 -m venv ENV && ENV/bin/pip inst
 dependency):
     ENV/bin/python tools/cpu_compare.py --build build --log docs/figures/cpu-compare-MACHINE.log
     ENV/bin/python tools/cpu_compare.py --quick     (one small shape, to see that it works)
+    python3 tools/cpu_compare.py --table LOG        (a committed log's header and table again, for a chapter's
+                                                     generated block; needs no PyTorch)
 Exit status: 0, 1 when a suite check failed, 2 for bad arguments, 77 without PyTorch.
 """
 import argparse
@@ -98,6 +100,34 @@ def fma_peak(build):
     return proc.stdout, peaks
 
 
+def print_table(path):
+    """A committed log's machine lines (its notes, PyTorch's version, the hot loops and the peak) and its final
+    table, as chapter 05 shows them."""
+    try:
+        with open(path) as f:
+            lines = [line.rstrip("\n") for line in f]
+    except OSError as e:
+        print(f"cpu_compare.py: --table {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    table = [line for line in lines if line.startswith("|")]
+    if not table:
+        print(f"cpu_compare.py: --table {path}: no table in it (not a cpu_compare.py log)", file=sys.stderr)
+        return 2
+    header = [line for line in lines if line.startswith(("cpu_compare.py:", "note:", "suite hot loops:"))]
+    cpu = next((line.strip() for line in lines if line.strip().startswith("CPU:")), None)
+    machine = cpu.split(",")[0].replace("CPU: ", "") if cpu else "the machine below"
+    for line in table:
+        print(line)
+    print()
+    print(f"Measured by `tools/cpu_compare.py` on the {machine} (the log's header):")
+    print()
+    print("```")
+    for line in header[:1] + ([cpu] if cpu else []) + header[1:]:
+        print(line)
+    print("```")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build", help="the build folder (its bin/ holds the phase binaries)")
@@ -107,7 +137,10 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small shape, one series")
     ap.add_argument("--note", action="append", default=[],
                     help="a line for the log's header, e.g. what else ran on the machine (may be repeated)")
+    ap.add_argument("--table", metavar="LOG", help="print LOG's machine lines and its table, and nothing else")
     a = ap.parse_args()
+    if a.table:
+        return print_table(a.table)
     try:
         import torch
     except ImportError:
