@@ -137,6 +137,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small shape, one series")
     ap.add_argument("--note", action="append", default=[],
                     help="a line for the log's header, e.g. what else ran on the machine (may be repeated)")
+    ap.add_argument("--passes", choices=["forward", "backward", "both"], default="both",
+                    help="which half of the comparison to run (default both)")
     ap.add_argument("--table", metavar="LOG", help="print LOG's machine lines and its table, and nothing else")
     a = ap.parse_args()
     if a.table:
@@ -153,8 +155,8 @@ def main():
         return 2
     torch.set_num_threads(a.threads)
     series = 1 if a.quick else a.series
-    fwd_shapes = QUICK_FORWARD if a.quick else FORWARD_SHAPES
-    bwd_shapes = QUICK_BACKWARD if a.quick else BACKWARD_SHAPES
+    fwd_shapes = [] if a.passes == "backward" else QUICK_FORWARD if a.quick else FORWARD_SHAPES
+    bwd_shapes = [] if a.passes == "forward" else QUICK_BACKWARD if a.quick else BACKWARD_SHAPES
     out = []
 
     def say(line=""):
