@@ -195,6 +195,10 @@ void flash_backward_tc_cpu(const fa_shape *shape, int dtype, int block_m, int bl
                            const tc_backward_tensors *t);
 void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                             const tc_backward_tensors *t);
+// Its two passes on the GPU, each alone (64 x 64 tiles; the preprocess has written Delta, and for the atomic dQ
+// zeroed dQ): phase 7's wgmma backward replaces the first and runs the second as it is.
+void backward_tc_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq, const tc_backward_tensors *t);
+void backward_tc_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_tensors *t);
 
 // Bytes of working memory one CPU thread needs (the larger of the two passes' tiles).
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n);

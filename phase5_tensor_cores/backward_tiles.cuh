@@ -116,9 +116,8 @@ __device__ __forceinline__ bool tile_needs_mask(int stage, int64_t q_start, int6
     return stage == TILE_DIAGONAL || q_start + block_m > S_q || k_start + block_n > S_k;
 }
 
-// The two passes (4_backward_dkdv_cuda.cu: dK, dV, and with atomic_dq each tile's share of dQ; 4_backward_dq_cuda.cu:
-// the deterministic dQ) on tensors the entry point has checked (4_backward_cuda.cu, flash_backward_tc_cuda).
-extern "C" void backward_tc_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq, const tc_backward_tensors *t);
-extern "C" void backward_tc_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_tensors *t);
+// The two passes, backward_tc_dkdv_cuda() (4_backward_dkdv_cuda.cu: dK, dV, and with atomic_dq each tile's share of
+// dQ) and backward_tc_dq_cuda() (4_backward_dq_cuda.cu: the deterministic dQ), are declared in fa_baselines.h: they
+// run on tensors the entry point has checked (4_backward_cuda.cu, flash_backward_tc_cuda).
 
 #endif

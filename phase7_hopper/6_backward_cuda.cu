@@ -26,8 +26,8 @@
 // The tiles in shared memory are in wgmma's swizzle atoms (every tile has 64 rows: BLOCK_M = BLOCK_N = 64), loaded
 //   with phase 5's cp.async double buffer; cp.async writes through the generic proxy and wgmma reads through the
 //   async one, so each thread fences (fence_proxy_async) before the barrier that publishes a tile. The mma.sync
-//   paths that remain (the atomic dQ's dS K, and the deterministic dQ pass, its own kernel: dQ = dS K by queries)
-//   read the same tiles with ldmatrix through the same swizzle.
+//   path that remains here (the atomic dQ's dS K) reads the same tiles with ldmatrix through the same swizzle; the
+//   deterministic dQ is phase 5 step 4's own pass, run as it is (4_backward_dq_cuda.cu).
 // Rounding points are phase 5 step 4's (P^T and dS^T rounded to T before their products, every sum float32), so its
 //   CPU twin is phase 5 step 4's.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
@@ -60,45 +60,6 @@
 // 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves. The 8 rows one ldmatrix matrix reads sit in 8 different
 // bank groups there too, as with phase 5's swizzle.
 #define TILE_ROWS 64
-
-// The A fragment of rows row0 .. row0 + 15, dims 16ds .. 16ds + 15 of a row-major [rows][D] half tile: lanes 0-15
-// point at rows 0-15 of the first 8 dims (a[0], a[1]), lanes 16-31 at the next 8 (a[2], a[3]).
-template <int D, typename T>
-__device__ __forceinline__ void load_a_rows(uint32_t a[4], const T *tile, int row0, int ds) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    ldmatrix_x4(a, tile + swizzle<TILE_ROWS>(row0 + lane % 16, ds * 2 + lane / 16));
-}
-
-// acc[nb] += A * B^T for the 8-row column blocks nb of B^T, B^T a row-major [rows][D] half tile whose rows
-// n0 .. n0 + 8 NB - 1 are the columns of the product, summed along d (16 dims, step ds): "S = Q K^T" in the forward.
-// One ldmatrix.x4 gives the B operands of two column blocks: lanes 0-7 rows 0-7, dims 0-7 (b0 of block nb); lanes
-// 8-15 the same rows, dims 8-15 (b1); lanes 16-31 rows 8-15 (block nb + 1).
-template <int D, int NB, typename T>
-__device__ __forceinline__ void mma_along_d(float acc[NB][4], const uint32_t a[4], const T *tile, int ds) {
-    const int lane = threadIdx.x % WARP_SIZE;
-#pragma unroll
-    for (int nb = 0; nb < NB; nb += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, tile + swizzle<TILE_ROWS>(nb * MMA_N + lane % 8 + lane / 16 * 8, ds * 2 + lane / 8 % 2));
-        mma_m16n8k16(acc[nb], a, b[0], b[1], T());
-        mma_m16n8k16(acc[nb + 1], a, b[2], b[3], T());
-    }
-}
-
-// acc[db] += A * B for every 8-dim block db of B = rows 16ks .. 16ks + 15 of a row-major [rows][D] half tile,
-// summed along its rows: "O += P V" in the forward. The transposing ldmatrix gives B: lanes 0-7 rows 0-7, dims 0-7
-// (b0 of block db); lanes 8-15 rows 8-15 (b1); lanes 16-31 the same for dims 8-15 (block db + 1).
-template <int D, typename T>
-__device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const uint32_t a[4], const T *tile, int ks) {
-    const int lane = threadIdx.x % WARP_SIZE;
-#pragma unroll
-    for (int db = 0; db < D / MMA_N; db += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, tile + swizzle<TILE_ROWS>(ks * MMA_K + lane % 8 + lane / 8 % 2 * 8, db + lane / 16));
-        mma_m16n8k16(acc[db], a, b[0], b[1], T());
-        mma_m16n8k16(acc[db + 1], a, b[2], b[3], T());
-    }
-}
 
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
@@ -182,25 +143,6 @@ __device__ __forceinline__ void p_and_ds_by_keys(float st[Q_BLOCKS][4], float dp
             dpt[qb][e] = p * (dpt[qb][e] - (e % 2 ? delta.y : delta.x));
         }
     }
-}
-
-// The dQ pass (queries are the rows): element e of fragment kb is query row_g + 8 (e / 2), key k_start + 8kb + 2t +
-// e % 2; the lane's two rows have their LSE (base 2) and Delta in registers.
-template <bool MASKED, int KEY_BLOCKS>
-__device__ __forceinline__ void p_and_ds_by_queries(float s[KEY_BLOCKS][4], float dp[KEY_BLOCKS][4],
-                                                    const float lse2[2], const float delta[2], float qk_scale,
-                                                    int64_t row_g, int64_t k_start, int64_t S_q, int64_t S_k,
-                                                    int stage) {
-    const int t = threadIdx.x % WARP_SIZE % 4;
-#pragma unroll
-    for (int kb = 0; kb < KEY_BLOCKS; kb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int64_t row = row_g + 8 * (e / 2), key = k_start + kb * MMA_N + 2 * t + e % 2;
-            const bool visible = !MASKED || is_visible(row, key, S_q, S_k, stage);
-            const float p = visible ? exp2f(fmaf(s[kb][e], qk_scale, -lse2[e / 2])) : 0.0f;
-            dp[kb][e] = p * (dp[kb][e] - delta[e / 2]);
-        }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -412,7 +354,7 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
             // dQ += scale dS K for the Q tile, in 16 x 16 pieces (16 queries, 16 dims) shared out over the warps.
             // A = dS, queries 16mb.. x keys 16ks..: ldmatrix.trans of dS^T [key][query]; lanes 8i .. 8i + 7 point at
             // keys 16ks + 8 (i / 2) + 0..7, queries 16mb + 8 (i % 2): matrix i is then a[i] as drawn above.
-            // B = K rows 16ks .. 16ks + 15, read with ldmatrix.trans (mma_along_rows, two 8-dim blocks).
+            // B = K rows 16ks .. 16ks + 15, read with ldmatrix.trans (two 8-dim blocks).
             for (int unit = warp; unit < DQ_UNITS; unit += WARPS) {
                 const int mb = unit / (D / MMA_K), dpair = unit % (D / MMA_K);
                 float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -459,129 +401,6 @@ backward_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__r
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// 3. dQ, deterministic: one block per Q tile, the forward's orientation. grid: (number of Q tiles, heads of this
-// launch), block: 4 warps; warp w owns queries q_start + 16w .. + 15. Shared memory: Q, dO tiles [BLOCK_M][D],
-// two buffers of the K and V tiles [BLOCK_N][D] (T, swizzled). Each dQ_i is summed by one warp, over the K tiles in
-// order: no atomics.
-//
-// At D = 64 the kernel's 48 KiB of shared memory leave room for 4 blocks on an SM, but the cap of 128 registers that
-// asking for 4 would set makes it spill with the swizzle atoms' addressing (nvcc 13): it asks for 3 (170 registers).
-// At D = 128 its 96 KiB allow 2 blocks whatever the registers.
-template <typename T, int D, int BLOCK_M, int BLOCK_N>
-__global__ void __launch_bounds__(THREADS, D == 64 ? 3 : 1)
-backward_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
-                   const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
-                   const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
-                   fa_strides dq_strides, int64_t S_q, int64_t S_k, int64_t H, int64_t bh_first, float scale,
-                   int causal) {
-    static_assert(BLOCK_M == WARPS * WARP_ROWS, "one warp per 16 queries");
-    constexpr int D_STEPS = D / MMA_K;
-    constexpr int D_BLOCKS = D / MMA_N;
-    constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S, dP
-    constexpr int KEY_STEPS = BLOCK_N / MMA_K;    // mma steps along the keys (dQ)
-    constexpr int KV_TILE = BLOCK_N * D;          // halves in one K (or V) buffer
-    extern __shared__ uint4 smem[];
-    T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
-    T *do_tile = q_tile + BLOCK_M * D;            // [BLOCK_M][D]
-    T *k_tiles = do_tile + BLOCK_M * D;           // [2][BLOCK_N][D]
-    T *v_tiles = k_tiles + 2 * KV_TILE;           // [2][BLOCK_N][D]
-
-    const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
-    q += b * q_strides.b + h * q_strides.h;
-    k += b * k_strides.b + h * k_strides.h;
-    v += b * v_strides.b + h * v_strides.h;
-    dout += b * do_strides.b + h * do_strides.h;
-    dq += b * dq_strides.b + h * dq_strides.h;
-    lse += bh * S_q;
-    delta += bh * S_q;
-    const float qk_scale = scale * LOG2E;
-
-    // Causal: the last Q tiles see the most keys, and the first blocks launched get them.
-    const int64_t q_start = (int64_t)(gridDim.x - 1 - blockIdx.x) * BLOCK_M;
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane / 4, t = lane % 4;
-    const int row0 = warp * WARP_ROWS;
-    const int64_t row_g = q_start + row0 + g;   // this lane's rows: row_g (elements 0, 1) and row_g + 8 (2, 3)
-    float lse2[2], delta_r[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int64_t row = row_g + 8 * r;
-        lse2[r] = row < S_q ? lse[row] * LOG2E : 0.0f;
-        delta_r[r] = row < S_q ? delta[row] : 0.0f;
-    }
-
-    // Q, dO and K/V tile 0 in one group of copies. Tile 0 always exists and is never in the future (row q_start sees
-    // key 0).
-    load_tile_async<T, D, BLOCK_M>(q_tile, q, q_strides.s, q_start, S_q);
-    load_tile_async<T, D, BLOCK_M>(do_tile, dout, do_strides.s, q_start, S_q);
-    load_tile_async<T, D, BLOCK_N>(k_tiles, k, k_strides.s, 0, S_k);
-    load_tile_async<T, D, BLOCK_N>(v_tiles, v, v_strides.s, 0, S_k);
-    cp_async_commit();
-
-    float dq_acc[D_BLOCKS][4];
-#pragma unroll
-    for (int db = 0; db < D_BLOCKS; db++) dq_acc[db][0] = dq_acc[db][1] = dq_acc[db][2] = dq_acc[db][3] = 0.0f;
-
-    for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
-        const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        if (stage == TILE_FUTURE) break;   // no copy is in flight: tile n was requested only if it is needed
-        // K/V tile n has landed, and every warp is done with tile n - 1, whose buffers the next copies overwrite.
-        cp_async_wait_all();
-        __syncthreads();
-        // The pipeline: request tile n + 1 now, when it is needed at all; it arrives while tile n is computed.
-        const int64_t k_next = k_start + BLOCK_N;
-        if (k_next < S_k && causal_tile_stage(causal, q_start, k_next, BLOCK_M, BLOCK_N, S_q, S_k) != TILE_FUTURE) {
-            const int next = (int)((n + 1) % 2);
-            load_tile_async<T, D, BLOCK_N>(k_tiles + next * KV_TILE, k, k_strides.s, k_next, S_k);
-            load_tile_async<T, D, BLOCK_N>(v_tiles + next * KV_TILE, v, v_strides.s, k_next, S_k);
-            cp_async_commit();
-        }
-        const T *k_tile = k_tiles + n % 2 * KV_TILE, *v_tile = v_tiles + n % 2 * KV_TILE;
-
-        // S = Q K^T and dP = dO V^T, 16 queries x BLOCK_N keys: the A operands are the warp's Q and dO rows, the B
-        // operands the K and V tiles read as they are stored.
-        float s[KEY_BLOCKS][4], dp[KEY_BLOCKS][4];
-#pragma unroll
-        for (int kb = 0; kb < KEY_BLOCKS; kb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[kb][e] = dp[kb][e] = 0.0f;
-#pragma unroll
-        for (int ds = 0; ds < D_STEPS; ds++) {
-            uint32_t a[4];
-            load_a_rows<D>(a, q_tile, row0, ds);
-            mma_along_d<D, KEY_BLOCKS>(s, a, k_tile, ds);
-            load_a_rows<D>(a, do_tile, row0, ds);
-            mma_along_d<D, KEY_BLOCKS>(dp, a, v_tile, ds);
-        }
-
-        // P and dS, as in the dK/dV pass (dp becomes dS; s is not needed again), the mask only where needed.
-        if (tile_needs_mask(stage, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k))
-            p_and_ds_by_queries<true, KEY_BLOCKS>(s, dp, lse2, delta_r, qk_scale, row_g, k_start, S_q, S_k, stage);
-        else
-            p_and_ds_by_queries<false, KEY_BLOCKS>(s, dp, lse2, delta_r, qk_scale, row_g, k_start, S_q, S_k, stage);
-
-        // dQ += dS K: dS, rounded to T in registers, is the A operand (fragments 2ks, 2ks + 1); K by ldmatrix.trans.
-#pragma unroll
-        for (int ks = 0; ks < KEY_STEPS; ks++) {
-            const uint32_t ds_frag[4] = {pack_pair(dp[2 * ks][0], dp[2 * ks][1], T()),
-                                         pack_pair(dp[2 * ks][2], dp[2 * ks][3], T()),
-                                         pack_pair(dp[2 * ks + 1][0], dp[2 * ks + 1][1], T()),
-                                         pack_pair(dp[2 * ks + 1][2], dp[2 * ks + 1][3], T())};
-            mma_along_rows<D>(dq_acc, ds_frag, k_tile, ks);
-        }
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int64_t row = row_g + 8 * r;
-        if (row >= S_q) continue;
-#pragma unroll
-        for (int db = 0; db < D_BLOCKS; db++)
-            *reinterpret_cast<float2 *>(dq + row * dq_strides.s + db * MMA_N + 2 * t) =
-                make_float2(scale * dq_acc[db][2 * r], scale * dq_acc[db][2 * r + 1]);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // The kernels read half rows 16 bytes at a time and read and write float32 rows as float2s (the preprocess reads O
 // by elements): each row must start on that many bytes, with its D elements next to each other.
 static void check_rows(const char *name, const void *x, fa_strides strides, int element_bytes, int row_align) {
@@ -602,13 +421,9 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
     const T *dout = static_cast<const T *>(t->dout);
     auto dkdv = atomic_dq ? backward_dkdv_kernel<T, D, BLOCK_M, BLOCK_N, true>
                           : backward_dkdv_kernel<T, D, BLOCK_M, BLOCK_N, false>;
-    auto dq = backward_dq_kernel<T, D, BLOCK_M, BLOCK_N>;
-    // Both pass the 48 KiB a kernel gets without asking at D = 128, so each asks for what it uses.
+    // It passes the 48 KiB a kernel gets without asking at D = 128, so it asks for what it uses.
     const int dkdv_smem = (int)flash_backward_wgmma_cuda_smem_bytes(D, BLOCK_M, BLOCK_N);
-    const int dq_smem = (2 * BLOCK_M + 4 * BLOCK_N) * D * (int)sizeof(T);
     FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem));
-    FA_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem));
-    const unsigned int q_tiles = (unsigned int)((S_q + BLOCK_M - 1) / BLOCK_M);
     const unsigned int kv_tiles = (unsigned int)((S_k + BLOCK_N - 1) / BLOCK_N);
     const unsigned int row_blocks = (unsigned int)((S_q + WARPS - 1) / WARPS);
     for (int64_t bh_first = 0; bh_first < BH; bh_first += MAX_GRID_Y) {
@@ -622,12 +437,6 @@ static void launch(const fa_shape *shape, int dq_mode, const tc_backward_tensors
             t->dq_strides, t->dk, t->dk_strides, t->dv, t->dv_strides, S_q, S_k, shape->H, bh_first, shape->scale,
             shape->causal);
         FA_CUDA_CHECK_LAUNCH();
-        if (!atomic_dq) {
-            dq<<<dim3(q_tiles, heads), THREADS, dq_smem>>>(q, t->q_strides, k, t->k_strides, v, t->v_strides, dout,
-                                                           t->do_strides, t->lse, t->delta, t->dq, t->dq_strides, S_q,
-                                                           S_k, shape->H, bh_first, shape->scale, shape->causal);
-            FA_CUDA_CHECK_LAUNCH();
-        }
     }
 }
 
@@ -661,4 +470,8 @@ extern "C" void flash_backward_wgmma_cuda(const fa_shape *shape, int dtype, int 
         launch_head_dim<__nv_bfloat16>(shape, dq_mode, t);
     else
         fa_die("the wgmma backward takes fp16 or bf16 inputs, not %s", fa_dtype_name(dtype));
+    // The deterministic dQ is phase 5 step 4's own pass (4_backward_dq_cuda.cu): dQ = dS K by queries on mma.sync,
+    // one block per Q tile. It reads Q, K, V and dO from global memory as this file's pass does, and the LSE and Delta
+    // the preprocess wrote; wgmma would gain it little (its products are 16 rows per warp either way).
+    if (dq_mode == FA_DQ_DETERMINISTIC) backward_tc_dq_cuda(shape, dtype, t);
 }
