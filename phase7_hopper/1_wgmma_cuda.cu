@@ -83,6 +83,7 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [2][BLOCK_N][D]: buffer n % 2 holds K tile n
     T *v_tiles = k_tiles + 2 * TILE;              // [2][BLOCK_N][D]
+    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + 2 * TILE);   // BLOCK_M x BLOCK_N floats (max_key.cuh)
 
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
     const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;
@@ -116,7 +117,7 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
-    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
+    int max_tile[2] = {-1, -1};   // the first key of the tile where each row's max last moved (max_key.cuh)
 
     // Tile 0 always exists and is never in the future (row q_start sees key 0).
     for (int64_t k_start = 0, n = 0; k_start < S_k; k_start += BLOCK_N, n++) {
@@ -184,7 +185,7 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
             for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
             m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
-            update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
+            update_max_tile<KEY_BLOCKS>(max_tile[r], max_copies, warp, lane, s, r, m_tile, m_i[r], k_start);
             const float m_new = fmaxf(m_i[r], m_tile);
             // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -242,8 +243,9 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
     for (int r = 0; r < 2; r++) {
         const int64_t row = row_g + 8 * r;
         // The LSE from the max key's score in double (max_key.cuh): the whole quad computes it, before the row test.
+        const int key = max_key_of_row<KEY_BLOCKS>(max_copies, warp, lane, r, row < S_q ? max_tile[r] : -1, m_i[r]);
         const float lse_r = row_lse<T, D>(q + row * q_strides.s, k, k_strides.s,
-                                         row < S_q ? max_key[r] : -1, scale, qk_scale, m_i[r], l_i[r], t);
+                                         key, scale, qk_scale, m_i[r], l_i[r], t);
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l_i[r];
 #pragma unroll

@@ -150,8 +150,9 @@ __device__ __forceinline__ void issue_values(float o_acc[][4], uint32_t p_frag[]
 // in float32). The lane's rows are row_g and row_g + 8; a row's BLOCK_N scores are spread over the 4 lanes of a quad.
 template <typename T, int BLOCK_N>
 __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4], float m_i[2], float l_i[2],
-                                             int max_key[2], float alpha[2], int stage, int64_t k_start, int64_t row_g, int64_t S_k,
-                                             float qk_scale, int t) {
+                                             int max_tile[2], float4 *max_copies, int warp, int lane, float alpha[2],
+                                             int stage, int64_t k_start, int64_t row_g, int64_t S_k, float qk_scale,
+                                             int t) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;
     // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only the
     // diagonal tiles and the last tile have any (a test uniform over the block). The scores stay raw.
@@ -174,7 +175,7 @@ __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4],
         for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
         m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
         m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
-        update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
+        update_max_tile<KEY_BLOCKS>(max_tile[r], max_copies, warp, lane, s, r, m_tile, m_i[r], k_start);
         const float m_new = fmaxf(m_i[r], m_tile);
         // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -223,7 +224,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [STAGES][BLOCK_N][D]: buffer n % STAGES holds K tile n
     T *v_tiles = k_tiles + STAGES * TILE;         // [STAGES][BLOCK_N][D]
-    uint64_t *q_landed = reinterpret_cast<uint64_t *>(v_tiles + STAGES * TILE);
+    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + STAGES * TILE);   // BLOCK_M x BLOCK_N floats (max_key.cuh)
+    uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 4);
     uint64_t *kv_landed = q_landed + 1;           // [STAGES]: buffer s's tile has landed
     uint64_t *kv_empty = kv_landed + STAGES;      // [STAGES]: every consumer is done with buffer s
 
@@ -273,7 +275,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
-    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
+    int max_tile[2] = {-1, -1};   // the first key of the tile where each row's max last moved (max_key.cuh)
 
     // Iteration n: the tensor phase computes tile n's scores (when n < n_tiles) and tile n - 1's P V (when n > 0),
     // the softmax phase tile n's P. Warpgroup 0 takes the first turn: warpgroup 1 gives it.
@@ -304,7 +306,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
 
         // The three causal stages, as in phase 3; the stage depends on the block's indices only.
         const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, max_key, alpha, stage, k_start, row_g, S_k, qk_scale, t);
+        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, max_tile, max_copies, warp, lane, alpha, stage, k_start, row_g, S_k,
+                                 qk_scale, t);
         // O holds every tile before n, relative to the old max: alpha moves it to tile n's (a no-op for n = 0).
 #pragma unroll
         for (int db = 0; db < D_BLOCKS; db++)
@@ -318,8 +321,9 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
     for (int r = 0; r < 2; r++) {
         const int64_t row = row_g + 8 * r;
         // The LSE from the max key's score in double (max_key.cuh): the whole quad computes it, before the row test.
+        const int key = max_key_of_row<KEY_BLOCKS>(max_copies, warp, lane, r, row < S_q ? max_tile[r] : -1, m_i[r]);
         const float lse_r = row_lse<T, D>(q_head + row * p.q_strides.s, k_head, p.k_strides.s,
-                                         row < S_q ? max_key[r] : -1, p.scale, qk_scale, m_i[r], l_i[r], t);
+                                         key, p.scale, qk_scale, m_i[r], l_i[r], t);
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l_i[r];
 #pragma unroll

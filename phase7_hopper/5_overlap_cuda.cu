@@ -130,9 +130,9 @@ __device__ __forceinline__ void issue_values(float o_acc[][4], uint32_t p_frag[]
 // alpha is what O must be multiplied by before this tile's P V is added. The lane's rows are row_g and row_g + 8; a
 // row's BLOCK_N scores are spread over the 4 lanes of a quad.
 template <typename T, int BLOCK_N>
-__device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l_i[2], int max_key[2],
-                                             float alpha[2], int stage, int64_t k_start, int64_t row_g, int64_t S_k,
-                                             float qk_scale, int t) {
+__device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l_i[2], int max_tile[2],
+                                             float4 *max_copies, int warp, int lane, float alpha[2], int stage,
+                                             int64_t k_start, int64_t row_g, int64_t S_k, float qk_scale, int t) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;
     // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only the
     // diagonal tiles and the last tile have any (a test uniform over the block). The scores stay raw.
@@ -155,7 +155,7 @@ __device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l
         for (int kb = 0; kb < KEY_BLOCKS; kb++) m_tile = fmaxf(m_tile, fmaxf(s[kb][2 * r], s[kb][2 * r + 1]));
         m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 1));
         m_tile = fmaxf(m_tile, __shfl_xor_sync(FULL_WARP, m_tile, 2));
-        update_max_key<KEY_BLOCKS>(max_key[r], s, r, m_tile, m_i[r], k_start, t);   // for the LSE (max_key.cuh)
+        update_max_tile<KEY_BLOCKS>(max_tile[r], max_copies, warp, lane, s, r, m_tile, m_i[r], k_start);
         const float m_new = fmaxf(m_i[r], m_tile);
         // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -209,7 +209,8 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [STAGES][BLOCK_N][D]: buffer n % STAGES holds K tile n
     T *v_tiles = k_tiles + STAGES * TILE;         // [STAGES][BLOCK_N][D]
-    uint64_t *q_landed = reinterpret_cast<uint64_t *>(v_tiles + STAGES * TILE);
+    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + STAGES * TILE);   // BLOCK_M x BLOCK_N floats (max_key.cuh)
+    uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 4);
     uint64_t *kv_landed = q_landed + 1;           // [STAGES]: buffer s's tile has landed
     uint64_t *kv_empty = kv_landed + STAGES;      // [STAGES]: every consumer is done with buffer s
 
@@ -259,7 +260,7 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
 #pragma unroll
     for (int db = 0; db < D_BLOCKS; db++) o_acc[db][0] = o_acc[db][1] = o_acc[db][2] = o_acc[db][3] = 0.0f;
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};   // rows row_g and row_g + 8, raw-score max
-    int max_key[2] = {-1, -1};                                       // the keys that gave m_i (max_key.cuh)
+    int max_tile[2] = {-1, -1};   // the first key of the tile where each row's max last moved (max_key.cuh)
 
     // The pipeline fills with tile 0: its scores, waited for, and its softmax (O is still 0: no rescaling). Tile 0
     // always exists and is never in the future (row q_start sees key 0).
@@ -269,7 +270,7 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
     issue_scores<T, D, BLOCK_M, BLOCK_N>(s, q_rows, k_tiles);
     wgmma_wait<0>();
     keep_in_registers<KEY_BLOCKS>(s);
-    softmax_tile<T, BLOCK_N>(s, m_i, l_i, max_key, alpha,
+    softmax_tile<T, BLOCK_N>(s, m_i, l_i, max_tile, max_copies, warp, lane, alpha,
                              causal_tile_stage(causal, q_start, 0, BLOCK_M, BLOCK_N, S_q, S_k), 0, row_g, S_k,
                              qk_scale, t);
     pack_p<T, BLOCK_N>(s, p_frag);
@@ -289,7 +290,8 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
         wgmma_wait<1>();
         keep_in_registers<KEY_BLOCKS>(s);
         // Tile n's softmax, while the tensor cores add P_{n-1} V_{n-1} into O.
-        softmax_tile<T, BLOCK_N>(s, m_i, l_i, max_key, alpha, stage, k_start, row_g, S_k, qk_scale, t);
+        softmax_tile<T, BLOCK_N>(s, m_i, l_i, max_tile, max_copies, warp, lane, alpha, stage, k_start, row_g, S_k,
+                                 qk_scale, t);
         wgmma_wait<0>();
         keep_in_registers<D_BLOCKS>(o_acc);
         keep_in_registers<KEY_STEPS>(p_frag);   // the wgmmas read p_frag until here: its registers stay untouched
@@ -316,8 +318,9 @@ flash_forward_overlap_kernel(const __grid_constant__ forward_params p) {
     for (int r = 0; r < 2; r++) {
         const int64_t row = row_g + 8 * r;
         // The LSE from the max key's score in double (max_key.cuh): the whole quad computes it, before the row test.
+        const int key = max_key_of_row<KEY_BLOCKS>(max_copies, warp, lane, r, row < S_q ? max_tile[r] : -1, m_i[r]);
         const float lse_r = row_lse<T, D>(q_head + row * p.q_strides.s, k_head, p.k_strides.s,
-                                         row < S_q ? max_key[r] : -1, p.scale, qk_scale, m_i[r], l_i[r], t);
+                                         key, p.scale, qk_scale, m_i[r], l_i[r], t);
         if (row >= S_q) continue;
         const float inv_l = 1.0f / l_i[r];
 #pragma unroll

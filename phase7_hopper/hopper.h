@@ -55,19 +55,21 @@ static inline int hopper_cuda_supports_tiles(int block_m, int block_n) {
 static inline int hopper_ws_cuda_supports_tiles(int block_m, int block_n) {
     return block_m == 128 && (block_n == 64 || block_n == 128);
 }
-// Shared memory per block: the Q tile, two K and two V tiles (halves), and 1024 bytes to align the swizzle atoms.
+// Shared memory per block: the Q tile, two K and two V tiles (halves), the copies of the scores of the tiles where
+// a row's max moved (one float per score of the BLOCK_M x BLOCK_N tile, max_key.cuh), and 1024 bytes to align the
+// swizzle atoms.
 static inline int64_t flash_forward_wgmma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
-    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024;
+    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + (int64_t)block_m * block_n * 4 + 1024;
 }
 
 // Step 2: two K/V buffers in the ring, and three mbarriers (8 bytes each) after them.
 static inline int64_t flash_forward_tma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
-    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024 + 3 * 8;
+    return flash_forward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 3 * 8;
 }
 
 // Step 3: the same tiles, and five mbarriers.
 static inline int64_t flash_forward_warp_specialized_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
-    return ((int64_t)block_m + 4 * (int64_t)block_n) * D * 2 + 1024 + 5 * 8;
+    return flash_forward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 5 * 8;
 }
 
 // Step 6 (6_backward_cuda.cu): the backward, its dK/dV pass on wgmma (one warpgroup per 64 keys), dQ by its own

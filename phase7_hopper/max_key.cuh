@@ -2,15 +2,22 @@
 //
 // LSE = s_max + log(sum_j exp(s_j - s_max)), and at logits of a few hundred the first term is nearly all of it, so
 // the stored LSE is only as good as s_max. The kernel's running max m_i is a float32 sum of D products (wgmma adds
-// them in its own order), a few units in float32's last place at that size. So each row remembers which key gave
-// its max (the running max moves rarely: only then is the key looked for), and at the end that one score is
-// computed again in double from the half inputs (every product of two halves is exact in double), and the LSE is
-// built from it (common/fa_math.h, lse_from_max_score), as phase 3 step 3 does.
+// them in its own order), a few units in float32's last place at that size. So the LSE is built from the max key's
+// score computed again in double from the half inputs (every product of two halves is exact in double; common/
+// fa_math.h, lse_from_max_score), as phase 3 step 3 does. Which key that is, is found in two halves:
+//
+// - In the loop, where the max moves (m_tile > m_i, the same in the 4 lanes of a quad), each lane copies its own
+//   scores of that row and tile to shared memory and notes the tile's first key (update_max_tile): a few stores,
+//   no search, no vote, no shuffle, on the path the tensor cores wait for. After the first tiles the max seldom moves.
+// - After the loop, each lane looks among the copied scores for the row's final max (the max of the last tile where
+//   it moved, copied then), and two shuffles take the smallest key that has it: all four lanes agree, and a tie goes
+//   to the first key (max_key_of_row).
 //
 // In wgmma's accumulator layout (wgmma.cuh) a row is spread over the 4 lanes of a quad (same g, t = 0..3): lane t
-// holds keys 8kb + 2t and 8kb + 2t + 1 of every 8-key block kb. Every lane looks among its own scores for the tile's
-// max (m_tile, already the same in all four), and two shuffles take the smallest key that has it: all four lanes
-// agree, whichever of them holds it, and a tie goes to the first key.
+// holds keys 8kb + 2t and 8kb + 2t + 1 of every 8-key block kb. Its copy of one row is KEY_BLOCKS / 2 float4s, each
+// (s[2c][2r], s[2c][2r + 1], s[2c + 1][2r], s[2c + 1][2r + 1]): keys 16c + 2t, +1, 16c + 8 + 2t, +1. In shared
+// memory the float4 c of lane L sits at [warp][r][c][L], so that the 32 lanes' stores of one c are 512 consecutive
+// bytes (no bank conflict); a block needs one float per score of its BLOCK_M x BLOCK_N tile (hopper.h).
 #ifndef MAX_KEY_CUH
 #define MAX_KEY_CUH
 
@@ -23,32 +30,52 @@
 #include "fa_mma.cuh"    // MMA_N, quad_score_in_double
 #include "fa_warp.cuh"   // FULL_WARP
 
-// The first key of this tile whose score in row half r (0: row g, 1: row g + 8) equals m_tile; INT_MAX if none.
-// Every lane of the warp must call it (shuffles): call it under a warp-uniform condition.
-template <int KEY_BLOCKS>
-__device__ __forceinline__ int tile_max_key(const float s[KEY_BLOCKS][4], int r, float m_tile, int64_t k_start,
-                                            int t) {
-    int key = INT_MAX;
-#pragma unroll
-    for (int kb = KEY_BLOCKS - 1; kb >= 0; kb--)   // backwards, so that the first key that has it is kept
-#pragma unroll
-        for (int e = 1; e >= 0; e--)
-            if (s[kb][2 * r + e] == m_tile) key = (int)k_start + kb * MMA_N + 2 * t + e;
-    key = min(key, __shfl_xor_sync(FULL_WARP, key, 1));
-    key = min(key, __shfl_xor_sync(FULL_WARP, key, 2));
-    return key;
+// Lane `lane` of consumer warp `warp`: where its copy of row half r (0: row g, 1: row g + 8) starts; its float4s are
+// WARP_SIZE apart.
+template <int KEY_BLOCKS, typename F4>   // F4: float4 or const float4
+__device__ __forceinline__ F4 *row_copy(F4 *copies, int warp, int r, int lane) {
+    return copies + (warp * 2 + r) * (KEY_BLOCKS / 2) * WARP_SIZE + lane;
 }
 
-// After the quad has reduced row half r's m_tile and before m_i takes it: where the max moved, max_key takes the
-// key that holds it. The look-up runs only when some row of the warp moved (rare after the first tiles); the test is
-// the same in every lane of the warp, as the shuffles need.
+// After the quad has reduced row half r's m_tile and before m_i takes it: where the max moved, keep the lane's
+// scores of that row (masked, raw) and the tile's first key.
 template <int KEY_BLOCKS>
-__device__ __forceinline__ void update_max_key(int &max_key, const float s[KEY_BLOCKS][4], int r, float m_tile,
-                                               float m_i, int64_t k_start, int t) {
-    if (__any_sync(FULL_WARP, m_tile > m_i)) {
-        const int key = tile_max_key<KEY_BLOCKS>(s, r, m_tile, k_start, t);
-        if (m_tile > m_i) max_key = key;
+__device__ __forceinline__ void update_max_tile(int &max_tile, float4 *copies, int warp, int lane,
+                                                const float s[KEY_BLOCKS][4], int r, float m_tile, float m_i,
+                                                int64_t k_start) {
+    if (m_tile > m_i) {
+        max_tile = (int)k_start;
+        float4 *copy = row_copy<KEY_BLOCKS>(copies, warp, r, lane);
+#pragma unroll
+        for (int c = 0; c < KEY_BLOCKS / 2; c++)
+            copy[c * WARP_SIZE] = make_float4(s[2 * c][2 * r], s[2 * c][2 * r + 1], s[2 * c + 1][2 * r],
+                                              s[2 * c + 1][2 * r + 1]);
     }
+}
+
+// After the loop: the first key of row half r whose score is the row's max m_i, from the copy of the last tile
+// where the max moved (max_tile < 0: none, the row saw no key or is past S_q). -1 when there is none. Every lane of
+// the warp must call it (shuffles).
+template <int KEY_BLOCKS>
+__device__ __forceinline__ int max_key_of_row(const float4 *copies, int warp, int lane, int r, int max_tile,
+                                              float m_i) {
+    const int t = lane % 4;
+    int key = INT_MAX;
+    if (max_tile >= 0) {
+        const float4 *copy = row_copy<KEY_BLOCKS>(copies, warp, r, lane);
+#pragma unroll
+        for (int c = KEY_BLOCKS / 2 - 1; c >= 0; c--) {   // backwards, so that the first key that has it is kept
+            const float4 v = copy[c * WARP_SIZE];
+            const int key0 = max_tile + 2 * c * MMA_N + 2 * t;   // v.x, v.y; v.z and v.w are 8 keys further
+            if (v.w == m_i) key = key0 + MMA_N + 1;
+            if (v.z == m_i) key = key0 + MMA_N;
+            if (v.y == m_i) key = key0 + 1;
+            if (v.x == m_i) key = key0;
+        }
+    }
+    key = min(key, __shfl_xor_sync(FULL_WARP, key, 1));
+    key = min(key, __shfl_xor_sync(FULL_WARP, key, 2));
+    return key == INT_MAX ? -1 : key;
 }
 
 // The row's LSE (natural log) from its max key's score in double and the kernel's m_i (raw score) and l_i (the sum
@@ -58,7 +85,7 @@ __device__ __forceinline__ void update_max_key(int &max_key, const float s[KEY_B
 template <typename T, int D>
 __device__ __forceinline__ float row_lse(const T *q_row, const T *k_head, int64_t k_stride_s, int key, float scale,
                                          float qk_scale, float m_i, float l_i, int t) {
-    const double s_max = quad_score_in_double<T, D>(q_row, k_head, k_stride_s, key == INT_MAX ? -1 : key, scale, t);
+    const double s_max = quad_score_in_double<T, D>(q_row, k_head, k_stride_s, key, scale, t);
     float residual;   // what a float32 LSE does not hold; the phase 7 forward does not store it
     return lse_from_max_score(s_max, m_i * qk_scale, l_i, &residual);
 }
