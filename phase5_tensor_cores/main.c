@@ -22,6 +22,7 @@
 #include "fa_baselines.h"   // phase 3 step 3 and naive attention with BLAS, the baseline rows
 #include "register_tiles.h"
 #include "tensor_cores.h"
+#include "fa_backward_rows.h"   // step 4's rows of the table
 
 #include <limits.h>
 #include <stdio.h>
@@ -258,17 +259,8 @@ static void run_device(fa_report *report, const fa_options *opt, const fa_refere
 }
 
 // --- Step 4: the backward ----------------------------------------------------------------------------------------
-#define BACKWARD_DET_LABEL "step 4 bwd det"   // (short: the tables give a label 28 columns)
-#define BACKWARD_ATOMIC_LABEL "step 4 bwd atomic"
-
-typedef struct {
-    const fa_shape *shape;
-    int dtype, block_m, block_n, dq_mode;
-    tc_backward_tensors t;
-} backward_args;
-
 static void run_backward_cpu(void *p) {
-    const backward_args *a = p;
+    const backward_args *a = p;   // fa_backward_rows.h
     flash_backward_tc_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
@@ -277,45 +269,6 @@ static void run_backward_cuda(void *p) {
     flash_backward_tc_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
 #endif
-
-// The backward's tensors on contiguous [B, H, S, D] buffers: the half inputs, the forward's O and LSE, the gradients.
-static tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q, const void *k, const void *v,
-                                               const void *dout, const float *o, const float *lse, float *delta,
-                                               fa_grads g) {
-    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    tc_backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk};
-    return t;
-}
-
-// Runs, checks and times the step 4 backward in each dQ variant --dq asks for, on the forward's O and LSE in t.
-static void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
-                                    const fa_half_rule *rule, int is_cuda, int block_m, int block_n,
-                                    tc_backward_tensors t, fa_grads host, fa_grads device, double upload_ms) {
-    const fa_shape *s = &opt->shape;
-    const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
-    const char *labels[2] = {BACKWARD_DET_LABEL, BACKWARD_ATOMIC_LABEL};
-    for (int m = 0; m < 2; m++) {
-        if (!(opt->dq_mode & modes[m])) continue;
-        backward_args args = {s, opt->dtype, block_m, block_n, modes[m], t};
-        char label[48];
-        snprintf(label, sizeof label, "%s %s", labels[m], fa_dtype_name(opt->dtype));
-        fa_implementation impl = {.label = label, .is_cuda = is_cuda, .ctx = &args, .run = run_backward_cpu,
-                                  .flops = fa_flops_backward(s), .backward = 1,
-                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),   // Delta
-                                  .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
-                                  .block_m = block_m, .block_n = block_n, .causal = s->causal,
-                                  .upload_ms = upload_ms};
-        if (is_cuda) {
-#if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
-            impl.run = run_backward_cuda;
-#endif
-        } else {
-            impl.extra_bytes_per_thread = flash_backward_tc_cpu_workspace_bytes(s->D, block_m, block_n);
-        }
-        fa_half_backward_outputs(&impl, s, ref, rule, host, device);
-        fa_check_and_time(report, opt, ref, &impl);
-    }
-}
 
 // --- Step 5: the float32 backward with register tiles, on the CPU, beside phase 4's --------------------------------
 typedef struct {
@@ -469,7 +422,9 @@ int main(int argc, char **argv) {
             fa_report_add_library(&report, "step 4 cpu %s: %s", fa_dtype_name(opt.dtype),
                                   flash_backward_tc_cpu_products(opt.dtype));
             const fa_grads no_device = {NULL, NULL, NULL};
-            check_and_time_backward(&report, &opt, &ref, &rule, 0, opt.block_m, opt.block_n, t, host, no_device, 0.0);
+            check_and_time_backward(&report, &opt, &ref, &rule, "step 4 bwd", run_backward_cpu, 0,
+                                    flash_backward_tc_cpu_workspace_bytes(opt.shape.D, opt.block_m, opt.block_n),
+                                    opt.block_m, opt.block_n, t, host, no_device, 0.0);
         }
         if (f32_backward) check_and_time_f32_backward(&report, &opt, &ref, &in, host);
     }
@@ -503,7 +458,8 @@ int main(int argc, char **argv) {
             float *delta_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "Delta");
             const tc_backward_tensors t = contiguous_backward(&opt.shape, dev_half.q, dev_half.k, dev_half.v,
                                                               dev_half.dout, o_dev, lse_dev, delta_dev, device);
-            check_and_time_backward(&report, &opt, &ref, &rule, 1, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
+            check_and_time_backward(&report, &opt, &ref, &rule, "step 4 bwd", run_backward_cuda, 1, 0,
+                                    TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             fa_gpu_free(device.dq);
             fa_gpu_free(device.dk);

@@ -14,6 +14,7 @@
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_baselines.h"   // phase 5 step 3: the baseline and the CPU twin
+#include "fa_backward_rows.h"   // the backward rows of phase 5 step 4, and of step 6
 #include "hopper.h"
 #include "timeline.h"
 
@@ -145,14 +146,8 @@ static void run_row(fa_report *report, const fa_options *opt, const fa_reference
 }
 
 // --- Step 6: the backward ----------------------------------------------------------------------------------------
-typedef struct {
-    const fa_shape *shape;
-    int dtype, block_m, block_n, dq_mode;
-    tc_backward_tensors t;
-} backward_args;
-
 static void run_backward_tc_cpu(void *p) {
-    const backward_args *a = p;
+    const backward_args *a = p;   // fa_backward_rows.h
     flash_backward_tc_cpu(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
@@ -165,40 +160,6 @@ static void run_backward_wgmma_cuda(void *p) {
     flash_backward_wgmma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
 #endif
-
-// The backward's tensors on contiguous [B, H, S, D] buffers: the half inputs, the forward's O and LSE, the gradients.
-static tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q, const void *k, const void *v,
-                                               const void *dout, const float *o, const float *lse, float *delta,
-                                               fa_grads g) {
-    const fa_strides sq = fa_strides_contiguous(s->H, s->Sq, s->D), sk = fa_strides_contiguous(s->H, s->Sk, s->D);
-    tc_backward_tensors t = {q, k, v, o, lse, dout, sq, sk, sk, sq, sq, delta, g.dq, g.dk, g.dv, sq, sk, sk};
-    return t;
-}
-
-// Runs, checks and times one backward (label, on the CPU or the GPU) in each dQ variant --dq asks for.
-static void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
-                                    const fa_half_rule *rule, const char *label_stem, void (*run)(void *),
-                                    int is_cuda, int block_m, int block_n, tc_backward_tensors t, fa_grads host,
-                                    fa_grads device, double upload_ms) {
-    const fa_shape *s = &opt->shape;
-    const int modes[2] = {FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
-    const char *variants[2] = {"det", "atomic"};
-    for (int m = 0; m < 2; m++) {
-        if (!(opt->dq_mode & modes[m])) continue;
-        backward_args args = {s, opt->dtype, block_m, block_n, modes[m], t};
-        char label[48];
-        snprintf(label, sizeof label, "%s %s %s", label_stem, variants[m], fa_dtype_name(opt->dtype));
-        fa_implementation impl = {.label = label, .is_cuda = is_cuda, .ctx = &args, .run = run,
-                                  .flops = fa_flops_backward(s), .backward = 1,
-                                  .extra_bytes = fa_numel_lse(s) * (int64_t)sizeof(float),   // Delta
-                                  .extra_what = is_cuda ? "Delta" : "Delta, per-thread tiles",
-                                  .block_m = block_m, .block_n = block_n, .causal = s->causal,
-                                  .upload_ms = upload_ms};
-        if (!is_cuda) impl.extra_bytes_per_thread = flash_backward_tc_cpu_workspace_bytes(s->D, block_m, block_n);
-        fa_half_backward_outputs(&impl, s, ref, rule, host, device);
-        fa_check_and_time(report, opt, ref, &impl);
-    }
-}
 
 // The CPU twin: phase 5 step 4's backward of phase 5 step 3's forward.
 static void backward_cpu(fa_report *report, const fa_options *opt, const fa_reference *ref,
@@ -214,7 +175,8 @@ static void backward_cpu(fa_report *report, const fa_options *opt, const fa_refe
     fa_report_add_library(report, "phase 5 step 4 cpu %s: %s", fa_dtype_name(opt->dtype),
                           flash_backward_tc_cpu_products(opt->dtype));
     const fa_grads no_device = {NULL, NULL, NULL};
-    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cpu, 0, opt->block_m,
+    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cpu, 0,
+                            flash_backward_tc_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n), opt->block_m,
                             opt->block_n, t, host, no_device, 0.0);
     free(o), free(lse), free(delta);
 }
@@ -239,9 +201,9 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
     fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                        fa_gpu_alloc(fa_numel_kv(s), "dV")};
     const tc_backward_tensors t = contiguous_backward(s, dev->q, dev->k, dev->v, dev->dout, o, lse, delta, device);
-    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cuda, 1,
+    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cuda, 1, 0,
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
-    check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1,
+    check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1, 0,
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
     fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);
     fa_gpu_free(o), fa_gpu_free(lse), fa_gpu_free(delta);
