@@ -224,7 +224,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [STAGES][BLOCK_N][D]: buffer n % STAGES holds K tile n
     T *v_tiles = k_tiles + STAGES * TILE;         // [STAGES][BLOCK_N][D]
-    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + STAGES * TILE);   // BLOCK_M x BLOCK_N floats (max_key.cuh)
+    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + STAGES * TILE);   // the score copies (max_key.cuh)
     uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 4);
     uint64_t *kv_landed = q_landed + 1;           // [STAGES]: buffer s's tile has landed
     uint64_t *kv_empty = kv_landed + STAGES;      // [STAGES]: every consumer is done with buffer s
@@ -306,8 +306,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
 
         // The three causal stages, as in phase 3; the stage depends on the block's indices only.
         const int stage = causal_tile_stage(causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
-        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, max_tile, max_copies, warp, lane, alpha, stage, k_start, row_g, S_k,
-                                 qk_scale, t);
+        softmax_tile<T, BLOCK_N>(s, p_frag, m_i, l_i, max_tile, max_copies, warp, lane, alpha, stage, k_start, row_g,
+                                 S_k, qk_scale, t);
         // O holds every tile before n, relative to the old max: alpha moves it to tile n's (a no-op for n = 0).
 #pragma unroll
         for (int db = 0; db < D_BLOCKS; db++)

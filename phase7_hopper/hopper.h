@@ -72,9 +72,9 @@ static inline int64_t flash_forward_warp_specialized_cuda_smem_bytes(int64_t D, 
     return flash_forward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 5 * 8;
 }
 
-// Step 6 (6_backward_cuda.cu): the backward, its dK/dV pass on wgmma (one warpgroup per 64 keys), dQ by its own
-// deterministic pass or by atomics (dq_mode FA_DQ_DETERMINISTIC or FA_DQ_ATOMIC); phase 5 step 4's tensors, tiles
-// (64 x 64: tc_backward_cuda_supports_tiles), rounding points and CPU twin (flash_backward_tc_cpu).
+// Step 6 (6_backward_cuda.cu): the backward, its dK/dV pass on wgmma (one warpgroup per 64 keys), dQ by phase 5
+// step 4's deterministic pass or by atomics (dq_mode FA_DQ_DETERMINISTIC or FA_DQ_ATOMIC); phase 5 step 4's tensors,
+// tiles (64 x 64: tc_backward_cuda_supports_tiles), rounding points and CPU twin (flash_backward_tc_cpu).
 void flash_backward_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                const tc_backward_tensors *t);
 // Shared memory of its dK/dV pass: phase 5 step 4's, and 1024 bytes to align the swizzle atoms.

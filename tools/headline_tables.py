@@ -211,7 +211,6 @@ def table_phase5_forward(log):
     return out
 
 
-
 def table_phase5_ablation(log):
     """One row per forward step of phase 5 (one technique each), bf16: its speed beside FlashAttention-2's from the
     same run, and the profiler's counts for it (tools/profile.sh's reports beside the log, h100-ncu-<kernel>-d<D>.txt)."""
@@ -245,6 +244,7 @@ def table_phase5_ablation(log):
         ]
         out.append(f"| {what} | " + " | ".join(cells) + " |")
     return out
+
 
 def table_phase5_readme(log):
     p5 = lambda label: {s: log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype="bf16", step=None)
