@@ -82,6 +82,17 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16)
 }
 
 
+// ex2.approx.ftz.f32: 2^x in one instruction of the special-function unit (MUFU.EX2). exp2f(x) compiles to the same
+// instruction wrapped in three more (a test for x < -126, and two multiplies that keep a result below 2^-126, a
+// float32 subnormal, exact), because the unit itself flushes subnormals to zero; this helper lets it. In a softmax
+// the largest p of a row is exp2(0) = 1, so a p below 2^-126 is lost in the row's float32 sums whether it is flushed
+// or not. exp2_ftz(-INFINITY) is exactly 0, as a masked score needs.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // cp.async.cg: copies 16 bytes from global to shared memory without passing through registers, asynchronously; with
 // src_bytes = 0 it writes 16 zero bytes and reads nothing (rows past the end of the tensor).
 __device__ __forceinline__ void cp_async_16(void *shared_destination, const void *global_source, int src_bytes) {

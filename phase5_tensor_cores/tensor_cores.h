@@ -8,6 +8,16 @@
 //   step 3b (3b_cp_async_cuda.cu): + cp.async double-buffered K/V tiles (the next tile loads while this one
 //                          computes); GPU only, its CPU twin is step 2's.
 //   step 3 (3_pipeline_*): + exp2 with the scale folded into one FMA: the complete step 3 (declared in fa_baselines.h).
+//   step 3c (3c_two_row_blocks_cuda.cu): + two 16-row blocks of queries per warp, so that every K and V fragment
+//                          feeds two mma (Q re-read from shared memory to make room); GPU only, its CPU twin is
+//                          step 3's (the same arithmetic).
+//   step 3d (3d_exp2_ftz_cuda.cu): + every exponential one MUFU.EX2 instruction (exp2_ftz: no subnormal path); GPU
+//                          only, its CPU twin is step 3's.
+//   step 3e (3e_copy_loop_cuda.cu): + the tile copies' index arithmetic done once per thread (a trip count the
+//                          compiler knows); GPU only, its CPU twin is step 3's. The fastest forward of this phase.
+//   step 3f (3f_lazy_rescale_cuda.cu): + O rescaled only in tiles where a row's max moved (alpha is exactly 1
+//                          elsewhere): step 3e's bits, fewer instructions, no time gained; GPU only, its CPU twin is
+//                          step 3's.
 // All keep phase 3's causal pruning (causal_tile_stage) and store the LSE.
 //
 // Types: Q, K and V are dtype (FA_DTYPE_FP16 or FA_DTYPE_BF16, fa_half.h): uint16_t bits on the host, the same bits
@@ -43,6 +53,16 @@ void flash_forward_swizzle_cuda(const fa_shape *shape, int dtype, int block_m, i
                                 const tc_forward_tensors *t);
 void flash_forward_cp_async_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                  const tc_forward_tensors *t);
+// Steps 3c to 3f, the CUDA kernels alone (their CPU twin is flash_forward_pipeline_cpu): the arguments of step 3,
+// and its shared memory (flash_forward_pipeline_cuda_smem_bytes).
+void flash_forward_two_row_blocks_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                       const tc_forward_tensors *t);
+void flash_forward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                 const tc_forward_tensors *t);
+void flash_forward_copy_loop_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                  const tc_forward_tensors *t);
+void flash_forward_lazy_rescale_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                     const tc_forward_tensors *t);
 
 // Shared memory per block of steps 2 and 3a: the Q tile and the K and V tiles, halves. (Step 3b: that of step 3,
 // flash_forward_pipeline_cuda_smem_bytes, two buffers of the K and V tiles.)
