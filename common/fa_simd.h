@@ -33,6 +33,13 @@
 #define FA_SIMD_CLONES
 #define FA_SIMD_HAVE_CLONES 0
 #endif
+// A function that a FA_SIMD_CLONES function calls in its hot loop, made part of each version: one that the compiler
+// leaves out of line is compiled once, for the baseline, and every version would call that one.
+#if defined(__GNUC__)
+#define FA_SIMD_INLINE static inline __attribute__((always_inline))
+#else
+#define FA_SIMD_INLINE static inline
+#endif
 
 #ifdef __cplusplus
 extern "C" {

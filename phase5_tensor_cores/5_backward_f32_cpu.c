@@ -31,10 +31,13 @@
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE
 // (and its residual) as hi + lo.
-// The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 4's sizes; step
-// 1's 3 x 32 ran slower here, on a 2-core AMD EPYC with AVX2).
-// Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
-#define ROWS 4
+// The register block: ROWS rows x VEC columns, 96 float32 sums: 12 of AVX2's 16 registers (6 of AVX-512's 32). Each
+// step of a micro-kernel loads VEC values once and multiplies them by ROWS broadcast values, so more rows mean fewer
+// loads per multiply-add; with 8 sums (step 4's 4 x 16) AVX2's two FMA units, 4 cycles deep, had exactly as many
+// independent sums as they can keep in flight, and none to spare. 6 x 16 is the classic AVX2 SGEMM block: 12 sums,
+// two registers for the VEC values and one for the broadcast (docs/05-measuring.md measures it beside PyTorch).
+// Tiles are padded with zeros to a multiple of VEC columns and of ROWS rows (M_pad, N_pad below).
+#define ROWS 6
 #define VEC 16
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -55,7 +58,8 @@ typedef struct {
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
-    const int64_t M_pad = round_up(block_m, VEC), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
+    const int64_t M_pad = round_up(round_up(block_m, VEC), ROWS), N_pad = round_up(round_up(block_n, VEC), ROWS);
+    const int64_t D_pad = round_up(D, VEC);
     return 2 * M_pad * D_pad + 3 * N_pad * D_pad + 2 * D * N_pad + 3 * M_pad + 2 * M_pad * N_pad + ROWS * D_pad;
 }
 
@@ -65,7 +69,8 @@ int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int b
 
 static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
-    w.M_pad = round_up(block_m, VEC), w.N_pad = round_up(block_n, VEC), w.D_pad = round_up(D, VEC);
+    w.M_pad = round_up(round_up(block_m, VEC), ROWS), w.N_pad = round_up(round_up(block_n, VEC), ROWS);
+    w.D_pad = round_up(D, VEC);
     const int64_t total = workspace_floats(D, block_m, block_n);
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
     for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
@@ -106,15 +111,18 @@ static void stage_rows(const float *x, fa_strides strides, float factor, int64_t
 }
 
 // The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
-// registers because the row loop is unrolled completely and the column loop vectorised; every product of this file
-// is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
+// registers because the row loop is unrolled completely and the column loop vectorised. They must be inlined into
+// kv_tile_program, which FA_SIMD_CLONES compiles once per instruction set: a micro-kernel the compiler leaves as a
+// function of its own is compiled once, for the build's baseline (SSE2), and runs there from every clone (at 6 rows
+// GCC stopped inlining them by itself, and the backward ran far slower: hence FA_SIMD_INLINE, fa_simd.h).
+// Every product of this file is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
 //
 // Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
 // columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
 // once and ROWS values of a, and does ROWS * VEC multiply-adds with them. The sums start from the first product
 // (d = 0), not from zeros: the same values, without clearing ROWS * VEC floats first.
-static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
-                                        float *out, int64_t out_pad) {
+FA_SIMD_INLINE void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
+                                         float *out, int64_t out_pad) {
     float sum[ROWS][VEC];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) {
@@ -140,8 +148,8 @@ static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const flo
 // (dS, a_row = N_pad, a_step = 1) or as its transpose (P^T and dS^T read from P and dS, a_row = 1, a_step = N_pad),
 // since each of its values is broadcast alone. The sums start from acc and add the rows in order: dQ's sum over the
 // K tiles keeps one fixed order.
-static inline void along_rows_micro_kernel(const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
-                                           int64_t D_pad, float *acc) {
+FA_SIMD_INLINE void along_rows_micro_kernel(const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
+                                            int64_t D_pad, float *acc) {
     float sum[ROWS][VEC];
     for (int r = 0; r < ROWS; r++)
         for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];
