@@ -3,7 +3,7 @@
 //
 // What it adds over step 3c (phase5_tensor_cores/3c_two_row_blocks_cuda.cu): exp2_ftz (common/fa_mma.cuh) in place of
 //   exp2f. exp2f keeps results below 2^-126 exact, with a test and two multiplies around the hardware instruction:
-//   three instructions more for each of the BLOCK_N scores of every row in every tile, a fifth of what a tile
+//   three instructions more for each of the BLOCK_N scores of every row in every tile, a sixth of what a tile
 //   executes besides the mma. No p of a softmax that small can move a float32 row sum that holds a 1 (the max's own
 //   p), so flushing it to zero changes nothing the check can see; the CPU twin stays step 3's.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same arithmetic, with exp2's subnormal results kept)

@@ -6,7 +6,7 @@
 //   loop whose count depends on the thread, so it stays a loop, and each pass divides by ROW_CHUNKS, compares and
 //   multiplies in 64 bits to find its row. Here a thread's chunk column and first row come from threadIdx.x once,
 //   every pass moves ROWS_PER_PASS rows further down, and the loop unrolls into straight-line cp.async with their
-//   offsets folded into the instructions: the same copies, a small fraction of the integer instructions.
+//   offsets folded into the instructions: the same copies, far fewer integer instructions.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the CPU has no copy: step 3's twin computes what this step computes)
 // Diff:      diff -u phase5_tensor_cores/3d_exp2_ftz_cuda.cu phase5_tensor_cores/3e_copy_loop_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 3 --dtype fp16 --B 4 --H 16 --S 4096 --D 64
