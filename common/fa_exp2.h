@@ -16,6 +16,8 @@
 #ifndef FA_EXP2_H
 #define FA_EXP2_H
 
+#include "fa_simd.h"   // FA_SIMD_INLINE: inlined into each SIMD version of the kernels that call it
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -24,7 +26,7 @@
 // integer (round to nearest), and subtracting the constant again gives round(x) as a float, with no branch.
 #define FA_EXP2_ROUND_MAGIC 12582912.0f
 
-static inline float fa_exp2(float x) {
+FA_SIMD_INLINE float fa_exp2(float x) {
     // isless/isgreater are the quiet comparisons: a plain `<` may raise an exception on NaN, and that keeps GCC
     // (without -ffast-math) from turning the choice into a vector select, so the whole loop would stay scalar.
     x = isless(x, -127.0f) ? -127.0f : x;

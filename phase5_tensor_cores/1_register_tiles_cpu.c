@@ -84,7 +84,7 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
 // registers for the whole loop over d; per d it loads VEC keys' values once (one row of the transposed K tile) and
 // ROWS q values, and does ROWS * VEC multiply-adds with them. The sums start from the first product (d = 0), not
 // from zeros: the same values, without clearing ROWS * VEC floats in memory first.
-static inline void score_micro_kernel(const float *q_rows, int64_t D, const float *k_t, int64_t N_pad, float *p_rows) {
+FA_SIMD_INLINE void score_micro_kernel(const float *q_rows, int64_t D, const float *k_t, int64_t N_pad, float *p_rows) {
     float s[ROWS][VEC];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) {
@@ -107,8 +107,8 @@ static inline void score_micro_kernel(const float *q_rows, int64_t D, const floa
 
 // The P V micro-kernel: acc[r][d0 + dd] = alpha[r] * acc[r][d0 + dd] + sum_j p[r][j] * v[j][d0 + dd], for ROWS rows
 // and VEC dimensions, the sums in registers for the whole loop over the keys.
-static inline void pv_micro_kernel(const float *p_rows, int64_t N_pad, int n_keys, const float *v_tile, int64_t D_pad,
-                                   const float alpha[ROWS], float *acc_rows) {
+FA_SIMD_INLINE void pv_micro_kernel(const float *p_rows, int64_t N_pad, int n_keys, const float *v_tile, int64_t D_pad,
+                                    const float alpha[ROWS], float *acc_rows) {
     float o[ROWS][VEC];
     for (int r = 0; r < ROWS; r++)
         for (int dd = 0; dd < VEC; dd++) o[r][dd] = acc_rows[r * D_pad + dd] * alpha[r];

@@ -10,6 +10,7 @@
 #include "bf16_dot.h"
 
 #include "fa_half.h"
+#include "fa_simd.h"   // FA_SIMD_INLINE: the micro-kernels inlined into each SIMD version of the programs
 #include "fa_tensor.h"
 
 #include <stdlib.h>
@@ -102,8 +103,8 @@ static inline void stage_rows(const uint16_t *x, fa_strides strides, int dtype, 
 // Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
 // columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
 // once and ROWS values of a, and does ROWS * VEC multiply-adds with them.
-static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
-                                        float *out, int64_t out_pad) {
+FA_SIMD_INLINE void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
+                                         float *out, int64_t out_pad) {
     float sum[ROWS][VEC] = {{0.0f}};
     for (int64_t d = 0; d < D; d++) {
         const float *b_d = b_t + d * b_pad;
@@ -121,8 +122,8 @@ static inline void along_d_micro_kernel(const float *a, int64_t D_pad, const flo
 // Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
 // VEC dims of it), for ROWS rows of a ([ROWS][a_pad], the rounded P^T, dS^T or dS) and acc ([ROWS][D_pad]). The sums
 // start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
-static inline void along_rows_micro_kernel(const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
-                                           float *acc) {
+FA_SIMD_INLINE void along_rows_micro_kernel(const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
+                                            float *acc) {
     float sum[ROWS][VEC];
     for (int r = 0; r < ROWS; r++)
         for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];

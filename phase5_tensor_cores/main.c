@@ -169,7 +169,7 @@ static void run_lazy_rescale_cuda(void *p) {
 
 // The rows, in the order they are printed. step 0 marks a baseline, run whatever --step says; a step row runs when
 // --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side: steps 3a and 3b change only
-// how the GPU moves data, so their CPU twin is step 2's row; steps 3c to 3e change which warp computes a row, the
+// how the GPU moves data, so their CPU twin is step 2's row; steps 3c to 3f change which warp computes a row, the
 // exponential's subnormal results, the copies' instructions and when O is rescaled, and their twin is step 3's
 // (--step 3 runs 3a, 3b, 3, 3c, 3d, 3e and 3f, the rows of one ablation).
 typedef struct {

@@ -2,8 +2,8 @@
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
 # step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
 # bf16, non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3f (chapter 06) and step 4's backward kernels, dK/dV
-# and dQ, and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three float32 kernels at the same
-# shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per kernel and D in LOGDIR
+# and dQ, and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three float32 kernels at
+# the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per kernel and D in LOGDIR
 # (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by side.
 #
 # What is read, and why (docs/06-tensor-cores.md explains each):
@@ -12,7 +12,8 @@
 #   WarpStateStats, SchedulerStats         why a warp did not issue (waiting on shared memory, on a barrier, ...)
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
-# FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive"
+# FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_STEPS the forward steps (default "1 2 3a 3b 3 3c 3d 3e
+# 3f"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive"
 # too on request, e.g. FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
 # on the PATH (or /usr/local/cuda/bin/ncu).
 set -uo pipefail
@@ -48,7 +49,7 @@ inst_executed_pipe|smsp__inst_executed.sum|bank_conflicts|wavefronts_mem_shared|
 for D in $HEAD_DIMS; do
     if [[ " $PASSES " == *" forward "* ]]; then
         # Steps 3a (swizzle), 3b (cp.async), 3c (two row blocks), 3d (exp2 ftz), 3e (copy loop) and 3f (lazy
-        # rescale) are rows of --step 3, beside step 3 itself: the regex picks the kernel. FA_PROFILE_STEPS picks.
+        # rescale) are rows of --step 3, beside step 3 itself: the regex picks the kernel.
         for step in ${FA_PROFILE_STEPS:-1 2 3a 3b 3 3c 3d 3e 3f}; do
             kernel=$(case $step in 1) echo regtile;; 2) echo mma;; 3a) echo swizzle;; 3b) echo cp_async;;
                      3) echo pipeline;; 3c) echo two_row_blocks;; 3d) echo exp2_ftz;; 3e) echo copy_loop;;
