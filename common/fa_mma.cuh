@@ -26,21 +26,27 @@
 // ldmatrix.x4: four 8x8 matrices from shared memory, one register per matrix. Every lane passes the address of one
 // matrix row (16 contiguous bytes, 16-byte aligned): lanes 0-7 the rows 0-7 of matrix 0, lanes 8-15 those of
 // matrix 1, lanes 16-23 of matrix 2, lanes 24-31 of matrix 3. r[i] is then the register of matrix i drawn above.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row_address) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
+// The _at forms take the row's address in the shared state space (a 32-bit byte offset, as __cvta_generic_to_shared
+// returns it): a kernel that computes its addresses itself (step 3h: XOR swizzle on that offset) passes them as is.
+__device__ __forceinline__ void ldmatrix_x4_at(uint32_t r[4], uint32_t shared_address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
+                 : "r"(shared_address));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row_address) {
+    ldmatrix_x4_at(r, (uint32_t)__cvta_generic_to_shared(row_address));
 }
 
 // ldmatrix.x4.trans: the same, each matrix transposed on the way: lane 4g + t receives the elements (2t, g) and
 // (2t + 1, g) of the matrix as stored, i.e. two neighbouring ROWS of column g. That turns V, stored [key][d], into
 // the B operand of P V, which needs two neighbouring keys of one dimension per register.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row_address) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row_address);
+__device__ __forceinline__ void ldmatrix_x4_trans_at(uint32_t r[4], uint32_t shared_address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
+                 : "r"(shared_address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row_address) {
+    ldmatrix_x4_trans_at(r, (uint32_t)__cvta_generic_to_shared(row_address));
 }
 
 // mma.m16n8k16: C (16x8, float32) += A (16x16, half, row-major) * B (16x8, half, stored by columns). Per lane:

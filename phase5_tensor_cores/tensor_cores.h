@@ -14,10 +14,16 @@
 //   step 3d (3d_exp2_ftz_cuda.cu): + every exponential one MUFU.EX2 instruction (exp2_ftz: no subnormal path); GPU
 //                          only, its CPU twin is step 3's.
 //   step 3e (3e_copy_loop_cuda.cu): + the tile copies' index arithmetic done once per thread (a trip count the
-//                          compiler knows); GPU only, its CPU twin is step 3's. The fastest forward of this phase.
+//                          compiler knows); GPU only, its CPU twin is step 3's.
 //   step 3f (3f_lazy_rescale_cuda.cu): + O rescaled only in tiles where a row's max moved (alpha is exactly 1
 //                          elsewhere): step 3e's bits, fewer instructions, no time gained; GPU only, its CPU twin is
 //                          step 3's.
+//   step 3g (3g_loop_invariants_cuda.cu): step 3e + what is the same for every key tile worked out before the loop
+//                          (the tile count, the first tile that needs a mask, each thread's copy addresses, moved by
+//                          one add per tile); GPU only, its CPU twin is step 3's.
+//   step 3h (3h_xor_addresses_cuda.cu): + each lane's ldmatrix addresses computed once, every later one a single
+//                          XOR (the swizzle) and an offset; GPU only, its CPU twin is step 3's. The fastest forward
+//                          of this phase.
 // All keep phase 3's causal pruning (causal_tile_stage) and store the LSE.
 //
 // Types: Q, K and V are dtype (FA_DTYPE_FP16 or FA_DTYPE_BF16, fa_half.h): uint16_t bits on the host, the same bits
@@ -61,6 +67,10 @@ void flash_forward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, 
                                  const tc_forward_tensors *t);
 void flash_forward_copy_loop_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                   const tc_forward_tensors *t);
+void flash_forward_loop_invariants_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                        const tc_forward_tensors *t);
+void flash_forward_xor_addresses_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                      const tc_forward_tensors *t);
 void flash_forward_lazy_rescale_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                      const tc_forward_tensors *t);
 
