@@ -97,8 +97,9 @@ static void preprocess_head_dim(const fa_shape *shape, int atomic_dq, const tc_b
     }
 }
 
-extern "C" void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
-                                       const tc_backward_tensors *t) {
+// The checks every entry makes, then the preprocess; returns whether dQ is the atomic variant.
+static int check_and_preprocess(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                const tc_backward_tensors *t) {
     if (!tc_backward_cuda_supports_tiles(block_m, block_n))
         fa_die("the tensor-core backward is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
                TC_BACKWARD_CUDA_TILES_TEXT, block_m, block_n);
@@ -119,6 +120,20 @@ extern "C" void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int blo
         preprocess_head_dim<__half>(shape, atomic_dq, t);
     else
         preprocess_head_dim<__nv_bfloat16>(shape, atomic_dq, t);
+    return atomic_dq;
+}
+
+extern "C" void flash_backward_tc_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                       const tc_backward_tensors *t) {
+    const int atomic_dq = check_and_preprocess(shape, dtype, block_m, block_n, dq_mode, t);
     backward_tc_dkdv_cuda(shape, dtype, atomic_dq, t);
     if (!atomic_dq) backward_tc_dq_cuda(shape, dtype, t);
+}
+
+// Step 4b (4b_backward_dkdv_cuda.cu, 4b_backward_dq_cuda.cu): the same preprocess, then step 4b's passes.
+extern "C" void flash_backward_lean_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                         const tc_backward_tensors *t) {
+    const int atomic_dq = check_and_preprocess(shape, dtype, block_m, block_n, dq_mode, t);
+    backward_lean_dkdv_cuda(shape, dtype, atomic_dq, t);
+    if (!atomic_dq) backward_lean_dq_cuda(shape, dtype, t);
 }

@@ -70,6 +70,56 @@ __device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const ui
     }
 }
 
+// --- Step 4b: the same three from addresses worked out once (the forward's step 3h) ------------------------------
+// swizzle<D>(row, chunk) XORs the chunk with row % 8. The rows a lane points at in the three helpers above all have
+// row % 8 = lane % 8, and their chunk is the lane's own part c0 plus an even number that the loop steps through
+// (2ds, or db): since 2c + c0 = 2c ^ c0, the address at step c is the address at step 0 XOR the step's bytes, as long
+// as the tile starts on a multiple of a row's bytes (D halves; the step-4b kernels align their shared memory so).
+// lane_address is this lane's row and chunk at step 0, as a shared-memory byte address: rows and chunk below.
+//   load_a_rows_at:    row row0 + lane % 16,                chunk lane / 16       (then XOR 32 ds)
+//   mma_along_d_at:    row lane % 8 + lane / 16 * 8,        chunk lane / 8 % 2    (then XOR 32 ds, + 8 nb rows)
+//   mma_along_rows_at: row lane % 8 + lane / 8 % 2 * 8,     chunk lane / 16       (then XOR 16 db, + 16 ks rows)
+template <typename T> __device__ __forceinline__ uint32_t lane_address(const T *tile, int row, int chunk, int width) {
+    return (uint32_t)__cvta_generic_to_shared(tile + row * width + (chunk ^ (row % SWIZZLE_ROWS)) * CHUNK);
+}
+template <int D, typename T> __device__ __forceinline__ uint32_t a_rows_lane(const T *tile, int row0) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    return lane_address(tile, row0 + lane % 16, lane / 16, D);
+}
+template <int D, typename T> __device__ __forceinline__ uint32_t along_d_lane(const T *tile) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    return lane_address(tile, lane % 8 + lane / 16 * 8, lane / 8 % 2, D);
+}
+template <int D, typename T> __device__ __forceinline__ uint32_t along_rows_lane(const T *tile) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    return lane_address(tile, lane % 8 + lane / 8 % 2 * 8, lane / 16, D);
+}
+template <typename T> __device__ __forceinline__ void load_a_rows_at(uint32_t a[4], uint32_t lane_address, int ds) {
+    ldmatrix_x4_at(a, lane_address ^ ds * MMA_K * (int)sizeof(T));
+}
+template <int D, int NB, typename T>
+__device__ __forceinline__ void mma_along_d_at(float acc[NB][4], const uint32_t a[4], uint32_t lane_address, int ds) {
+    const uint32_t step = lane_address ^ ds * MMA_K * (int)sizeof(T);
+#pragma unroll
+    for (int nb = 0; nb < NB; nb += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_at(b, step + nb * MMA_N * D * (int)sizeof(T));
+        mma_m16n8k16(acc[nb], a, b[0], b[1], T());
+        mma_m16n8k16(acc[nb + 1], a, b[2], b[3], T());
+    }
+}
+template <int D, typename T>
+__device__ __forceinline__ void mma_along_rows_at(float acc[D / MMA_N][4], const uint32_t a[4], uint32_t lane_address,
+                                                  int ks) {
+#pragma unroll
+    for (int db = 0; db < D / MMA_N; db += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans_at(b, (lane_address ^ db * MMA_N * (int)sizeof(T)) + ks * MMA_K * D * (int)sizeof(T));
+        mma_m16n8k16(acc[db], a, b[0], b[1], T());
+        mma_m16n8k16(acc[db + 1], a, b[2], b[3], T());
+    }
+}
+
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
 // cp_async_wait_all and a barrier come before anyone reads the tile.
@@ -99,6 +149,30 @@ __device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t s
         from += ROWS_PER_STEP * stride_s;
         to += ROWS_PER_STEP * D;
     }
+}
+
+// Step 4b: copies one whole [ROWS][D] tile (every row exists), the same chunks per thread as load_tile_async, from
+// `from`, this thread's chunk in the tile's first row it copies (row threadIdx.x / ROW_CHUNKS, which the kernel
+// keeps and moves one tile on after each copy): no row test, one 64-bit add per step.
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void load_full_tile_async(T *tile, const T *from, int64_t stride_s) {
+    constexpr int ROW_CHUNKS = D / CHUNK, ROWS_PER_STEP = THREADS / ROW_CHUNKS;
+    const unsigned int tid = threadIdx.x;
+    const int chunk = (int)(tid % ROW_CHUNKS), row = (int)(tid / ROW_CHUNKS);
+    T *to = tile + swizzle<D>(row, chunk);
+#pragma unroll
+    for (int step = 0; step < ROWS / ROWS_PER_STEP; step++) {
+        cp_async_16(to + step * ROWS_PER_STEP * D, from, 16);
+        from += ROWS_PER_STEP * stride_s;
+    }
+}
+// This thread's chunk of row `first_row` + threadIdx.x / ROW_CHUNKS of a [S, D] tensor: where load_full_tile_async
+// starts a tile whose first row is first_row.
+template <typename T, int D>
+__device__ __forceinline__ const T *copy_source(const T *src, int64_t stride_s, int64_t first_row) {
+    constexpr int ROW_CHUNKS = D / CHUNK;
+    const unsigned int tid = threadIdx.x;
+    return src + (first_row + (int)(tid / ROW_CHUNKS)) * stride_s + (int)(tid % ROW_CHUNKS) * CHUNK;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@
 // invariants" (what every key tile shares worked out before the loop) and "step 3h xor addresses" (ldmatrix
 // addresses by one XOR each), GPU only, with step 3's CPU row as their twin. Step 4 is the backward: the rows
 // "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
-// step 3 forward's O and LSE, and are checked by the half-precision rule for gradients. Step 5 is the float32
+// step 3 forward's O and LSE, and are checked by the half-precision rule for gradients; on the GPU, "step 4b bwd
+// det" and "step 4b bwd atomic" are the same backward with the forward's instruction cuts (step 4's CPU row is their
+// twin). Step 5 is the float32
 // backward with step 4's register tiles, on the CPU only: rows "step 5 bwd det" and "step 5 bwd atomic" beside
 // phase 4's backward ("phase 4 bwd det"), all differentiating phase 3 step 3's O and LSE, checked as phase 4 is.
 //
@@ -325,6 +327,10 @@ static void run_backward_cuda(void *p) {
     const backward_args *a = p;
     flash_backward_tc_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
+static void run_backward_lean_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_lean_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
 #endif
 
 // --- Step 5: the float32 backward with register tiles, on the CPU, beside phase 4's --------------------------------
@@ -516,6 +522,10 @@ int main(int argc, char **argv) {
             const tc_backward_tensors t = contiguous_backward(&opt.shape, dev_half.q, dev_half.k, dev_half.v,
                                                               dev_half.dout, o_dev, lse_dev, delta_dev, device);
             check_and_time_backward(&report, &opt, &ref, &rule, "step 4 bwd", run_backward_cuda, 1, 0,
+                                    TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
+                                    t, host, device, dev.upload_ms + dev_half.upload_ms);
+            // Step 4b: the same backward with the forward's instruction cuts (GPU only: step 4's CPU row is its twin).
+            check_and_time_backward(&report, &opt, &ref, &rule, "step 4b bwd", run_backward_lean_cuda, 1, 0,
                                     TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             fa_gpu_free(device.dq);

@@ -74,6 +74,14 @@ void flash_forward_xor_addresses_cuda(const fa_shape *shape, int dtype, int bloc
 void flash_forward_lazy_rescale_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                      const tc_forward_tensors *t);
 
+// Step 4b (4b_backward_dkdv_cuda.cu, 4b_backward_dq_cuda.cu): step 4's backward with the forward's instruction cuts
+// (exp2_ftz, loop invariants, XOR addresses), GPU only; the arguments and rules of flash_backward_tc_cuda
+// (fa_baselines.h), whose CPU twin is its twin. The entry (in 4_backward_cuda.cu) runs the preprocess and the passes.
+void flash_backward_lean_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                              const tc_backward_tensors *t);
+void backward_lean_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq, const tc_backward_tensors *t);
+void backward_lean_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_tensors *t);
+
 // Shared memory per block of steps 2 and 3a: the Q tile and the K and V tiles, halves. (Step 3b: that of step 3,
 // flash_forward_pipeline_cuda_smem_bytes, two buffers of the K and V tiles.)
 static inline int64_t flash_forward_mma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {

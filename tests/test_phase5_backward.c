@@ -6,7 +6,8 @@
 //         rule (common/fa_driver.c, fa_make_half_backward_rule) in both dQ variants; the deterministic variant gives
 //         the same bits with 1 and 2 threads; one element moved just past the rule fails it; and a backward fed a
 //         log-sum-exp off by 0.02 (P off by 2%) fails it, so the rule is no wider than the arithmetic needs.
-//   cuda: the same problems on the GPU: both variants pass the rule, two deterministic runs give the same bits.
+//   cuda: the same problems on the GPU, for step 4 and step 4b (flash_backward_lean_cuda, the same backward with fewer
+//         instructions): both variants pass the rule, two deterministic runs give the same bits.
 //         Exits 77 (skipped) without a GPU or without the sm_80+ kernels.
 // O and LSE come from the step 3 forward on the same device, as in the driver.
 #include "fa_driver.h"
@@ -136,11 +137,13 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
 }
 
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
-static void test_cuda_case(const char *dtype, const char *D, int causal) {
+typedef void (*tc_backward_fn)(const fa_shape *, int, int, int, int, const tc_backward_tensors *);
+
+static void test_cuda_case(const char *dtype, const char *D, int causal, const char *step, tc_backward_fn backward) {
     problem p;
     make_problem(&p, dtype, D, causal);
     const fa_shape *s = &p.opt.shape;
-    printf("cuda %s D=%s%s\n", dtype, D, causal ? " causal" : "");
+    printf("cuda %s %s D=%s%s\n", step, dtype, D, causal ? " causal" : "");
     fa_device_half_inputs dev;
     fa_upload_half_inputs(&p.opt, &p.half, &dev);
     float *o = fa_gpu_alloc(fa_numel_q(s), "O"), *lse = fa_gpu_alloc(fa_numel_lse(s), "LSE");
@@ -156,15 +159,16 @@ static void test_cuda_case(const char *dtype, const char *D, int causal) {
         fa_gpu_poison(device.dq, fa_numel_q(s));
         fa_gpu_poison(device.dk, fa_numel_kv(s));
         fa_gpu_poison(device.dv, fa_numel_kv(s));
-        flash_backward_tc_cuda(s, p.opt.dtype, 64, 64, modes[r], &t);
+        backward(s, p.opt.dtype, 64, 64, modes[r], &t);
         fa_gpu_synchronize("the tensor-core backward");
         runs[r] = grads_alloc(s);
         fa_gpu_download(runs[r].dq, device.dq, fa_numel_q(s));
         fa_gpu_download(runs[r].dk, device.dk, fa_numel_kv(s));
         fa_gpu_download(runs[r].dv, device.dv, fa_numel_kv(s));
     }
-    EXPECT_MSG(passes_rule(&p, &runs[0], "deterministic", 0), "%s D=%s: deterministic fails the rule", dtype, D);
-    EXPECT_MSG(passes_rule(&p, &runs[2], "atomic", 0), "%s D=%s: atomic fails the rule", dtype, D);
+    EXPECT_MSG(passes_rule(&p, &runs[0], "deterministic", 0), "%s %s D=%s: deterministic fails the rule", step, dtype,
+               D);
+    EXPECT_MSG(passes_rule(&p, &runs[2], "atomic", 0), "%s %s D=%s: atomic fails the rule", step, dtype, D);
     expect_same_bits(s, &runs[0], &runs[1], "deterministic, run 1 vs run 2");
     for (int r = 0; r < 3; r++) grads_free(&runs[r]);
     fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);
@@ -196,7 +200,10 @@ int main(int argc, char **argv) {
             for (int causal = 0; causal < 2; causal++) {
                 if (!gpu) test_cpu_case(dtypes[d], dims[dim], causal);
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
-                else test_cuda_case(dtypes[d], dims[dim], causal);
+                else {
+                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4", flash_backward_tc_cuda);
+                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4b", flash_backward_lean_cuda);
+                }
 #endif
             }
     if (failures) fprintf(stderr, "%d failure(s)\n", failures);

@@ -278,14 +278,15 @@ def table_step4_backward(log):
     out = [log.source("B=4, H=16, S=4096, TFLOP/s by the suite's convention (2.5 x the forward's FLOPs), the time in "
                       "brackets", "`tools/headline.sh` (PyTorch 2.11's rows: `tools/pytorch_compare.py`, same run)"), "",
            "| backward, B=4 H=16 S=4096 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
-    step4 = lambda variant, dtype: {s: log.row("phase5_tensor_cores", f"step 4 bwd {variant} {dtype}", s[1], D=s[0],
-                                               dtype=dtype, step=4) for s in SHAPES}
+    step4 = lambda variant, dtype, step="4": {s: log.row("phase5_tensor_cores", f"step {step} bwd {variant} {dtype}",
+                                                         s[1], D=s[0], dtype=dtype, step=4) for s in SHAPES}
     torch = lambda label: {s: torch_row(log, label, s[0], s[1]) for s in SHAPES}
-    for variant, name in (("det", "deterministic dQ"), ("atomic", "atomic dQ")):
-        for dtype in ("fp16", "bf16"):
-            rows = step4(variant, dtype)
-            out.append(f"| step 4, {name}, {dtype} | " +
-                       " | ".join(f"{tf(rows[s]):.1f} ({ms(rows[s]):.2f} ms)" for s in SHAPES) + " |")
+    for step in ("4", "4b"):
+        for variant, name in (("det", "deterministic dQ"), ("atomic", "atomic dQ")):
+            for dtype in ("fp16", "bf16"):
+                rows = step4(variant, dtype, step)
+                out.append(f"| step {step}, {name}, {dtype} | " +
+                           " | ".join(f"{tf(rows[s]):.1f} ({ms(rows[s]):.2f} ms)" for s in SHAPES) + " |")
     both = lambda f: " | ".join(f"{f('fp16', s):.2f} / {f('bf16', s):.2f}" for s in SHAPES)
     out.append("| deterministic / atomic time, fp16 / bf16 | " +
                both(lambda d, s: ms(step4("det", d)[s]) / ms(step4("atomic", d)[s])) + " |")
@@ -294,8 +295,9 @@ def table_step4_backward(log):
         fp16, bf16 = torch(f"{label} fp16"), torch(f"{label} bf16")
         out.append(f"| {what}, fp16 / bf16 | " +
                    " | ".join(f"{tf(fp16[s]):.1f} / {tf(bf16[s]):.1f}" for s in SHAPES) + " |")
-    out.append("| step 4 deterministic / FlashAttention-2, fp16 / bf16 | " +
-               both(lambda d, s: ms(torch(f"sdpa flash backward {d}")[s]) / ms(step4("det", d)[s])) + " |")
+    for step in ("4", "4b"):
+        out.append(f"| step {step} deterministic / FlashAttention-2, fp16 / bf16 | " +
+                   both(lambda d, s: ms(torch(f"sdpa flash backward {d}")[s]) / ms(step4("det", d, step)[s])) + " |")
     return out
 
 

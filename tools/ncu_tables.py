@@ -99,25 +99,34 @@ def forward_table(folder, D):
 
 
 def backward_table(folder):
-    names = ["step4-dkdv-d64", "step4-dq-d64", "step4-dkdv-atomic-d64", "pytorch-flash-bwd-d64"]
-    dkdv, dq, atomic, fa2 = r = [read_report(folder, n) for n in names]
-    both = lambda key: get(dkdv, key) + get(dq, key)
-    cols = lambda f, sum_cell: [f(dkdv), f(dq), sum_cell, f(atomic), f(fa2)]
+    names = ["step4-dkdv-d64", "step4-dq-d64", "step4b-dkdv-d64", "step4b-dq-d64", "step4-dkdv-atomic-d64",
+             "pytorch-flash-bwd-d64"]
+    dkdv, dq, dkdv_b, dq_b, atomic, fa2 = r = [read_report(folder, n) for n in names]
+    both = lambda key, a=dkdv, b=dq: get(a, key) + get(b, key)
+    sum_b = lambda key: both(key, dkdv_b, dq_b)
+    cols = lambda f, sum_cell, sum_cell_b: [f(dkdv), f(dq), sum_cell, f(dkdv_b), f(dq_b), sum_cell_b, f(atomic),
+                                            f(fa2)]
     rows = [
-        ("duration", cols(lambda x: f"{get(x, 'duration'):.2f} ms", f"{both('duration'):.2f} ms")),
-        ("registers per thread, warps per SM", cols(lambda x: f"{get(x, 'registers'):.0f}, {get(x, 'warps'):.0f}", "")),
-        ("`mma` (HMMA) instructions", cols(lambda x: mcount(get(x, "hmma")), mcount(both("hmma")))),
-        ("instructions issued", cols(lambda x: millions(get(x, "instructions")), millions(both("instructions")))),
-        ("of them on the FMA pipe", cols(lambda x: millions(get(x, "fma")), millions(both("fma")))),
-        ("tensor pipe busy", cols(lambda x: f"{get(x, 'tensor_busy'):.1f}%", "")),
+        ("duration", cols(lambda x: f"{get(x, 'duration'):.2f} ms", f"{both('duration'):.2f} ms",
+                          f"{sum_b('duration'):.2f} ms")),
+        ("registers per thread, warps per SM",
+         cols(lambda x: f"{get(x, 'registers'):.0f}, {get(x, 'warps'):.0f}", "", "")),
+        ("`mma` (HMMA) instructions", cols(lambda x: mcount(get(x, "hmma")), mcount(both("hmma")),
+                                           mcount(sum_b("hmma")))),
+        ("instructions issued", cols(lambda x: millions(get(x, "instructions")), millions(both("instructions")),
+                                     millions(sum_b("instructions")))),
+        ("of them on the FMA pipe", cols(lambda x: millions(get(x, "fma")), millions(both("fma")),
+                                         millions(sum_b("fma")))),
+        ("tensor pipe busy", cols(lambda x: f"{get(x, 'tensor_busy'):.1f}%", "", "")),
         ("shared-memory load wavefronts (bank conflicts)",
          cols(lambda x: f"{millions(get(x, 'wavefronts'))} ({millions(get(x, 'conflicts'))})",
-              millions(both("wavefronts")))),
-        ("cycles a scheduler had no eligible warp", cols(lambda x: f"{get(x, 'no_eligible'):.0f}%", "")),
+              millions(both("wavefronts")), millions(sum_b("wavefronts")))),
+        ("cycles a scheduler had no eligible warp", cols(lambda x: f"{get(x, 'no_eligible'):.0f}%", "", "")),
     ]
     out = [source(folder, names, "`B=4 H=16 S=4096 D=64`, bf16, non-causal"), "",
-           "| `D = 64`, bf16 | step 4 dK/dV | step 4 dQ | step 4, both | atomic variant's dK/dV | FlashAttention-2 |",
-           "|---|---|---|---|---|---|"]
+           "| `D = 64`, bf16 | step 4 dK/dV | step 4 dQ | step 4, both | step 4b dK/dV | step 4b dQ | step 4b, both "
+           "| atomic variant's dK/dV | FlashAttention-2 |",
+           "|---|---|---|---|---|---|---|---|---|"]
     out += [f"| {what} | " + " | ".join(cells) + " |" for what, cells in rows]
     return out
 

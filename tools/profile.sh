@@ -80,6 +80,12 @@ torch.cuda.synchronize()"
                 --dtype bf16 --step 4 --dq deterministic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
                 --iters 1
         done
+        # Step 4b's two passes (the same backward with the forward's instruction cuts), from the same --step 4 run.
+        for kernel in dkdv dq; do
+            profile "step4b-$kernel-d$D" "backward_lean_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
+                --dtype bf16 --step 4 --dq deterministic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
+                --iters 1
+        done
         # The atomic variant's one kernel: dK, dV and each K/V tile's share of dQ, added with atomicAdd.
         profile "step4-dkdv-atomic-d$D" "backward_dkdv_kernel" "$BIN/phase5_tensor_cores" --impl cuda --dtype bf16 \
             --step 4 --dq atomic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 --iters 1
