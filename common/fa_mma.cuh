@@ -118,6 +118,10 @@ __device__ __forceinline__ int64_t quad_last_key(int64_t key) {
     key = max(key, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)key, 1));
     return max(key, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)key, 2));
 }
+__device__ __forceinline__ int quad_last_key(int key) {   // the same, for keys numbered in 32 bits
+    key = max(key, __shfl_xor_sync(0xffffffffu, key, 1));
+    return max(key, __shfl_xor_sync(0xffffffffu, key, 2));
+}
 
 __device__ __forceinline__ float half_to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float half_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

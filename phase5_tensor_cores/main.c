@@ -1,13 +1,13 @@
 // main.c - phase 5 driver: how FlashAttention gets fast. Each step is a row of the tables, next to the baselines a
 // user would pick instead: phase 3 step 3 (the same algorithm, one thread per query row) and, on the CPU, naive
 // attention with BLAS (two sgemm calls and a vectorised softmax, S materialised; built when CMake finds a BLAS).
-// Every row runs on the same input and is checked against the same float64 oracle. Step 3 is nine rows, one
+// Every row runs on the same input and is checked against the same float64 oracle. Step 3 is ten rows, one
 // technique each: "step 3a swizzle", "step 3b cp.async" (GPU only: they change how the GPU moves data, and step 2's
 // CPU row is their twin), "step 3 pipeline" (exp2 with the scale folded in), then "step 3c row blocks" (32 query rows
 // per warp), "step 3d exp2 ftz" (one instruction per exponential), "step 3e copy loop" (the copies' index
 // arithmetic done once), "step 3f lazy rescale" (O rescaled only where a max moved), and, on step 3e, "step 3g
-// invariants" (what every key tile shares worked out before the loop) and "step 3h xor addresses" (ldmatrix
-// addresses by one XOR each), GPU only, with step 3's CPU row as their twin. Step 4 is the backward: the rows
+// invariants" (what every key tile shares worked out before the loop), "step 3h xor addresses" (ldmatrix
+// addresses by one XOR each) and "step 3i key offsets" (the max-key search and the mask in 32-bit offsets), GPU only, with step 3's CPU row as their twin. Step 4 is the backward: the rows
 // "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
 // step 3 forward's O and LSE, and are checked by the half-precision rule for gradients; on the GPU, "step 4b bwd
 // det" and "step 4b bwd atomic" are the same backward with the forward's instruction cuts (step 4's CPU row is their
@@ -42,7 +42,7 @@ static const fa_cli_spec SPEC = {
                "swizzle (3a), cp.async (3b), exp2 with the scale folded in (3), two row blocks per warp (3c), "
                "exp2 without its subnormal path (3d), the copies' index arithmetic done once (3e), O rescaled "
                "only where a max moved (3f), loop invariants before the key loop (3g), ldmatrix addresses by XOR "
-               "(3h; --step 3 runs all nine), (4) "
+               "(3h), the max-key search in 32-bit offsets (3i; --step 3 runs all ten), (4) "
                "the backward on tensor cores, (5) the float32 backward with step 4's "
                "register tiles (CPU); with phase 3 step 3 (phase 4 for step 5) and, on the CPU, naive attention with "
                "BLAS on the same input.",
@@ -165,6 +165,11 @@ static void run_xor_addresses_cuda(void *p) {
     const tc_forward_tensors t = half_forward_tensors(a);
     flash_forward_xor_addresses_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
 }
+static void run_key_offsets_cuda(void *p) {
+    const row_args *a = p;
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_key_offsets_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
+}
 static void run_lazy_rescale_cuda(void *p) {
     const row_args *a = p;
     const tc_forward_tensors t = half_forward_tensors(a);
@@ -181,13 +186,14 @@ static void run_lazy_rescale_cuda(void *p) {
 #define run_lazy_rescale_cuda NULL
 #define run_loop_invariants_cuda NULL
 #define run_xor_addresses_cuda NULL
+#define run_key_offsets_cuda NULL
 #endif
 
 // The rows, in the order they are printed. step 0 marks a baseline, run whatever --step says; a step row runs when
 // --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side: steps 3a and 3b change only
-// how the GPU moves data, so their CPU twin is step 2's row; steps 3c to 3h change which warp computes a row, the
+// how the GPU moves data, so their CPU twin is step 2's row; steps 3c to 3i change which warp computes a row, the
 // exponential's subnormal results, the instructions around the mma and when O is rescaled, and their twin is step
-// 3's (--step 3 runs 3a, 3b, 3, 3c to 3h, the rows of one ablation).
+// 3's (--step 3 runs 3a, 3b, 3, 3c to 3i, the rows of one ablation).
 typedef struct {
     const char *label;
     int step;
@@ -228,6 +234,8 @@ static const row_kind ROWS[] = {
     {"step 3g invariants", 3, NULL, run_loop_invariants_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
      tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
     {"step 3h xor addresses", 3, NULL, run_xor_addresses_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
+     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
+    {"step 3i key offsets", 3, NULL, run_key_offsets_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
      tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);

@@ -22,8 +22,10 @@
 //                          (the tile count, the first tile that needs a mask, each thread's copy addresses, moved by
 //                          one add per tile); GPU only, its CPU twin is step 3's.
 //   step 3h (3h_xor_addresses_cuda.cu): + each lane's ldmatrix addresses computed once, every later one a single
-//                          XOR (the swizzle) and an offset; GPU only, its CPU twin is step 3's. The fastest forward
-//                          of this phase.
+//                          XOR (the swizzle) and an offset; GPU only, its CPU twin is step 3's.
+//   step 3i (3i_key_offsets_cuda.cu): + the max-key search and the mask on 32-bit offsets within the tile (a
+//                          constant per score of the unrolled loop); GPU only, its CPU twin is step 3's. The fastest
+//                          forward of this phase.
 // All keep phase 3's causal pruning (causal_tile_stage) and store the LSE.
 //
 // Types: Q, K and V are dtype (FA_DTYPE_FP16 or FA_DTYPE_BF16, fa_half.h): uint16_t bits on the host, the same bits
@@ -71,6 +73,8 @@ void flash_forward_loop_invariants_cuda(const fa_shape *shape, int dtype, int bl
                                         const tc_forward_tensors *t);
 void flash_forward_xor_addresses_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                       const tc_forward_tensors *t);
+void flash_forward_key_offsets_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                    const tc_forward_tensors *t);
 void flash_forward_lazy_rescale_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                      const tc_forward_tensors *t);
 

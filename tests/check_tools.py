@@ -210,9 +210,9 @@ def check_headline(tools, build, out):
     text = "\n".join(log)
     text = re.sub(r"^(  \S.*\s(?:yes|no)\s+)cpu(\s+)1 ", r"\1cuda\2- ", text, flags=re.MULTILINE)
     text = text.replace("GPU: none", "GPU: Test GPU, compute capability 9.0, 132 SMs, 1980 MHz (memory 2619 MHz)")
-    # Steps 3c to 3h and 4b have no CPU row (steps 3's and 4's are their twins): those timing rows stand in for theirs.
+    # Steps 3c to 3i and 4b have no CPU row (steps 3's and 4's are their twins): those timing rows stand in for theirs.
     gpu_only = ("step 3c row blocks", "step 3d exp2 ftz", "step 3e copy loop", "step 3f lazy rescale",
-                "step 3g invariants", "step 3h xor addresses")
+                "step 3g invariants", "step 3h xor addresses", "step 3i key offsets")
     text = re.sub(r"^  step 3 pipeline (?:bf16|fp16)\s+(?:yes|no)\s+cuda .*$",
                   lambda m: "\n".join([m[0]] + [m[0].replace("step 3 pipeline", label, 1) for label in gpu_only]),
                   text, flags=re.MULTILINE)

@@ -131,7 +131,7 @@ def table_readme(log):
              for s in SHAPES}
     det = {s: log.row("phase4_backward", "backward det", s[1], D=s[0], dq="deterministic") for s in SHAPES}
     atomic = {s: log.row("phase4_backward", "backward atomic", s[1], D=s[0], dq="atomic") for s in SHAPES}
-    p5 = {s: log.row("phase5_tensor_cores", "step 3h xor addresses bf16", s[1], D=s[0], dtype="bf16", step=None)
+    p5 = {s: log.row("phase5_tensor_cores", "step 3i key offsets bf16", s[1], D=s[0], dtype="bf16", step=None)
           for s in SHAPES}
     out = [log.source("B=4, H=16, S=4096, float32 (phase 5: bf16)"), "",
            "| | D=64 | D=64 causal | D=128 |", "|---|---|---|---|"]
@@ -139,7 +139,7 @@ def table_readme(log):
                        ("phase 3 step 3 forward (FlashAttention)", lambda s: f"{tf(step3[s]):.1f}"),
                        ("phase 4 backward, deterministic dQ / atomic dQ",
                         lambda s: f"{tf(det[s]):.1f} / {tf(atomic[s]):.1f}"),
-                       ("phase 5 step 3h forward, tensor cores, bf16", lambda s: f"{tf(p5[s]):.1f}")):
+                       ("phase 5 step 3i forward, tensor cores, bf16", lambda s: f"{tf(p5[s]):.1f}")):
         cells = [cell(s) + (" TFLOP/s" if s == (64, False) else "") for s in SHAPES[:3]]
         out.append(f"| {what} | " + " | ".join(cells) + " |")
     return out
@@ -200,8 +200,8 @@ def table_phase5_forward(log):
                               p5("step 3 pipeline bf16", "bf16")),
                              ("step 3e (two row blocks, `exp2` ftz, copy loop), fp16 / bf16",
                               p5("step 3e copy loop fp16", "fp16"), p5("step 3e copy loop bf16", "bf16")),
-                             ("step 3h (3e + loop invariants, XOR addresses), fp16 / bf16",
-                              p5("step 3h xor addresses fp16", "fp16"), p5("step 3h xor addresses bf16", "bf16")),
+                             ("step 3i (3e + loop invariants, XOR addresses, key offsets), fp16 / bf16",
+                              p5("step 3i key offsets fp16", "fp16"), p5("step 3i key offsets bf16", "bf16")),
                              ("PyTorch fp32 memory-efficient", None, torch("sdpa efficient")),
                              ("PyTorch FlashAttention-2, fp16 / bf16", torch("sdpa flash fp16"),
                               torch("sdpa flash bf16")),
@@ -210,7 +210,7 @@ def table_phase5_forward(log):
         out.append(f"| {what} | " + " | ".join(cells) + " |")
     ratio = lambda step, dtype, s: (ms(torch(f"sdpa flash {dtype}")[s]) /
                                     ms(p5(f"step {step} {dtype}", dtype)[s]))
-    for what, step in (("step 3", "3 pipeline"), ("step 3e", "3e copy loop"), ("step 3h", "3h xor addresses")):
+    for what, step in (("step 3", "3 pipeline"), ("step 3e", "3e copy loop"), ("step 3i", "3i key offsets")):
         out.append(f"| {what} / FlashAttention-2, fp16 / bf16 | " +
                    " | ".join(f"{ratio(step, 'fp16', s):.2f} / {ratio(step, 'bf16', s):.2f}" for s in SHAPES) + " |")
     return out
@@ -230,6 +230,7 @@ def table_phase5_ablation(log):
              ("3f rescale only where a max moved", "step 3f lazy rescale bf16", "step3f-lazy_rescale"),
              ("3g loop invariants (on 3e)", "step 3g invariants bf16", "step3g-loop_invariants"),
              ("3h ldmatrix addresses by XOR", "step 3h xor addresses bf16", "step3h-xor_addresses"),
+             ("3i max-key search and mask on 32-bit offsets", "step 3i key offsets bf16", "step3i-key_offsets"),
              ("FlashAttention-2 (PyTorch)", None, "pytorch-flash"))
     speed = lambda label, s: (torch_row(log, "sdpa flash bf16", s[0], s[1]) if label is None else
                               log.row("phase5_tensor_cores", label, s[1], D=s[0], dtype="bf16", step=None))
@@ -268,7 +269,7 @@ def table_phase5_readme(log):
                         ("step 2 `mma.sync`, bf16", "step 2 mma bf16"),
                         ("step 3 swizzle + `cp.async`, bf16", "step 3 pipeline bf16"),
                         ("step 3e two row blocks, `exp2` ftz, copy loop, bf16", "step 3e copy loop bf16"),
-                        ("step 3h loop invariants, XOR addresses, bf16", "step 3h xor addresses bf16")):
+                        ("step 3i loop invariants, XOR addresses, key offsets, bf16", "step 3i key offsets bf16")):
         rows = p5(label)
         out.append(f"| {what} | " + " | ".join(f"{tf(rows[s]):.1f} ({ms(rows[s]):.2f} ms)" for s in SHAPES) + " |")
     return out

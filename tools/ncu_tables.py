@@ -75,7 +75,7 @@ def forward_table(folder, D):
     names = [f"step1-regtile-d{D}", f"step2-mma-d{D}", f"step3a-swizzle-d{D}", f"step3b-cp_async-d{D}",
              f"step3-pipeline-d{D}", f"step3c-two_row_blocks-d{D}", f"step3d-exp2_ftz-d{D}", f"step3e-copy_loop-d{D}",
              f"step3f-lazy_rescale-d{D}", f"step3g-loop_invariants-d{D}", f"step3h-xor_addresses-d{D}",
-             f"pytorch-flash-d{D}"]
+             f"step3i-key_offsets-d{D}", f"pytorch-flash-d{D}"]
     r = [read_report(folder, n) for n in names]
     dash = lambda i, text: "-" if i == 0 else text
     rows = [
@@ -93,7 +93,7 @@ def forward_table(folder, D):
     ]
     out = [source(folder, names, f"`B=4 H=16 S=4096 D={D}`, bf16, non-causal"), "",
            f"| `D = {D}` | step 1 | step 2 | step 3a | step 3b | step 3 | step 3c | step 3d | step 3e | step 3f "
-           "| step 3g | step 3h | FlashAttention-2 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| step 3g | step 3h | step 3i | FlashAttention-2 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     out += [f"| {what} | " + " | ".join(cells) + " |" for what, cells in rows]
     return out
 
