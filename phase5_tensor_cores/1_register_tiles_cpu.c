@@ -46,7 +46,8 @@ typedef struct {
     float *q_tile;                 // [M_pad, D]      the Q tile, times qk_scale (rows past S_q are zeros)
     float *k_tile_t;               // [D, N_pad]      the K tile, transposed: a micro-kernel reads VEC keys per load
     float *v_tile;                 // [N_pad, D_pad]  the V tile
-    float *p_tile;                 // [ROWS, N_pad]   scores, then probabilities, of ROWS rows (the GPU: P in shared)
+    float *p_tile;                 // [M_pad, N_pad]  scores, then probabilities, of every row (the GPU: P in shared)
+    float *alpha;                  // [M_pad]         each row's rescale factor for this tile
     float *acc;                    // [M_pad, D_pad]  unnormalised output rows
     float *m_i, *l_i;              // [M_pad]         running max (base 2) and running sum of each row
     int64_t *max_key;              // [M_pad]         the key that gave each row's max (fa_math.h, score_in_double)
@@ -54,7 +55,7 @@ typedef struct {
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t M_pad = round_up(block_m, ROWS), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
-    return M_pad * D + D * N_pad + N_pad * D_pad + ROWS * N_pad + M_pad * D_pad + 2 * M_pad;
+    return M_pad * D + D * N_pad + N_pad * D_pad + M_pad * N_pad + M_pad * D_pad + 3 * M_pad;
 }
 
 int64_t flash_forward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -70,9 +71,10 @@ static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.k_tile_t = w.q_tile + w.M_pad * D;
     w.v_tile = w.k_tile_t + D * w.N_pad;
     w.p_tile = w.v_tile + w.N_pad * w.D_pad;
-    w.acc = w.p_tile + ROWS * w.N_pad;
+    w.acc = w.p_tile + w.M_pad * w.N_pad;
     w.m_i = w.acc + w.M_pad * w.D_pad;
     w.l_i = w.m_i + w.M_pad;
+    w.alpha = w.l_i + w.M_pad;
     w.max_key = malloc(sizeof(int64_t) * w.M_pad);
     if (!w.max_key) fa_die("out of memory for the CPU tiles");
     // Zero once: the padding columns of v_tile (d >= D) are never written again, so they stay 0.
@@ -171,51 +173,54 @@ static void q_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int6
             }
         }
 
-        // ROWS rows at a time (on the GPU, all BLOCK_M rows at once, each thread a register tile of them).
-        for (int i0 = 0; i0 < row_groups * ROWS; i0 += ROWS) {
-            float *p_rows = w->p_tile;
-            for (int j0 = 0; j0 < n_keys_pad; j0 += VEC)
-                score_micro_kernel(w->q_tile + i0 * D, D, w->k_tile_t + j0, N_pad, p_rows + j0);
+        // S = Q K^T for the whole tile, ROWS rows at a time (on the GPU, all BLOCK_M rows at once, each thread a
+        // register tile of them), one VEC-key column of K at a time: that column of the transposed K tile, D x VEC
+        // floats, stays in the L1 cache while every row group multiplies with it.
+        for (int j0 = 0; j0 < n_keys_pad; j0 += VEC)
+            for (int i0 = 0; i0 < row_groups * ROWS; i0 += ROWS)
+                score_micro_kernel(w->q_tile + i0 * D, D, w->k_tile_t + j0, N_pad, w->p_tile + i0 * N_pad + j0);
 
-            float alpha[ROWS];
-            for (int r = 0; r < ROWS; r++) {
-                float *s = p_rows + r * N_pad;
-                const int64_t row = q_start + i0 + r;
-                // The last key this row may see: the last one of the tile, and on a diagonal tile the row itself
-                // (row i sees keys j <= i). Keys after it get -INFINITY: 2^-inf = 0, they take no part.
-                const int64_t last_key = stage == TILE_DIAGONAL && row < k_start + n_keys - 1 ? row
-                                                                                              : k_start + n_keys - 1;
-                if (k_start + n_keys_pad - 1 > last_key)
-                    for (int j = 0; j < n_keys_pad; j++)
-                        if (k_start + j > last_key) s[j] = -INFINITY;
+        // The online softmax, row by row (the rows past S_q are zeros, computed like the others).
+        for (int i = 0; i < row_groups * ROWS; i++) {
+            float *s = w->p_tile + i * N_pad;
+            const int64_t row = q_start + i;
+            // The last key this row may see: the last one of the tile, and on a diagonal tile the row itself
+            // (row i sees keys j <= i). Keys after it get -INFINITY: 2^-inf = 0, they take no part.
+            const int64_t last_key = stage == TILE_DIAGONAL && row < k_start + n_keys - 1 ? row
+                                                                                          : k_start + n_keys - 1;
+            if (k_start + n_keys_pad - 1 > last_key)
+                for (int j = 0; j < n_keys_pad; j++)
+                    if (k_start + j > last_key) s[j] = -INFINITY;
 
-                // The online softmax. The new max covers every key seen so far, this tile included.
-                float m_tile = -INFINITY;
+            // The online softmax. The new max covers every key seen so far, this tile included.
+            float m_tile = -INFINITY;
 #pragma omp simd reduction(max : m_tile)
-                for (int j = 0; j < n_keys_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
-                const float m_old = w->m_i[i0 + r], m_new = m_tile > m_old ? m_tile : m_old;
-                // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
-                if (m_tile > m_old)
-                    for (int j = 0; j < n_keys_pad; j++)
-                        if (s[j] == m_tile) w->max_key[i0 + r] = k_start + j;
-                // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                float row_sum = 0.0f;
+            for (int j = 0; j < n_keys_pad; j++) m_tile = s[j] > m_tile ? s[j] : m_tile;
+            const float m_old = w->m_i[i], m_new = m_tile > m_old ? m_tile : m_old;
+            // The max moved: remember which key holds it, for the LSE (fa_math.h, score_in_double).
+            if (m_tile > m_old)
+                for (int j = 0; j < n_keys_pad; j++)
+                    if (s[j] == m_tile) w->max_key[i] = k_start + j;
+            // A row that has seen no key yet has m_new = -inf; subtracting it would give -inf - -inf = NaN.
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            float row_sum = 0.0f;
 #pragma omp simd reduction(+ : row_sum)
-                for (int j = 0; j < n_keys_pad; j++) {
-                    s[j] = fa_exp2(s[j] - m_use);   // p_ij, relative to the new max
-                    row_sum += s[j];
-                }
-                // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
-                alpha[r] = fa_exp2(m_old - m_use);
-                w->l_i[i0 + r] = w->l_i[i0 + r] * alpha[r] + row_sum;
-                w->m_i[i0 + r] = m_new;
+            for (int j = 0; j < n_keys_pad; j++) {
+                s[j] = fa_exp2(s[j] - m_use);   // p_ij, relative to the new max
+                row_sum += s[j];
             }
-
-            // acc = acc * alpha + P V_tile, VEC dimensions at a time.
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
-                pv_micro_kernel(p_rows, N_pad, n_keys, w->v_tile + d0, D_pad, alpha, w->acc + i0 * D_pad + d0);
+            // Everything accumulated so far was relative to the old max: alpha moves it to the new one.
+            w->alpha[i] = fa_exp2(m_old - m_use);
+            w->l_i[i] = w->l_i[i] * w->alpha[i] + row_sum;
+            w->m_i[i] = m_new;
         }
+
+        // acc = acc * alpha + P V_tile, ROWS rows and VEC dimensions at a time, one VEC-dimension column of the V
+        // tile at a time (it stays in L1 the same way).
+        for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
+            for (int i0 = 0; i0 < row_groups * ROWS; i0 += ROWS)
+                pv_micro_kernel(w->p_tile + i0 * N_pad, N_pad, n_keys, w->v_tile + d0, D_pad, w->alpha + i0,
+                                w->acc + i0 * D_pad + d0);
     }
 
     // One division per row, at the very end; and the row's log-sum-exp, the one number the backward pass needs to
