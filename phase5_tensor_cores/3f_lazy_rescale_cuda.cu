@@ -1,6 +1,6 @@
 // 3f_lazy_rescale_cuda.cu - phase 5, step 3f, on the GPU: step 3e with O rescaled only in the tiles where one of a
 // warp's rows found a larger max; fp16 or bf16 inputs. A step that removes instructions and gains no time: on the
-// H100 it runs 1-2% slower than step 3e (docs/06-tensor-cores.md says why); 3e stays the fastest forward.
+// H100 it runs 1-2% slower than step 3e (docs/06-tensor-cores.md says why); steps 3g to 3i build on 3e instead.
 //
 // What it adds over step 3e (phase5_tensor_cores/3e_copy_loop_cuda.cu): the online softmax multiplies a row's O
 //   accumulators by alpha = exp2((m_old - m_new) * qk_scale) at every tile, D multiplies per row. Where the max did

@@ -61,7 +61,7 @@ void flash_forward_swizzle_cuda(const fa_shape *shape, int dtype, int block_m, i
                                 const tc_forward_tensors *t);
 void flash_forward_cp_async_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                  const tc_forward_tensors *t);
-// Steps 3c to 3f, the CUDA kernels alone (their CPU twin is flash_forward_pipeline_cpu): the arguments of step 3,
+// Steps 3c to 3i, the CUDA kernels alone (their CPU twin is flash_forward_pipeline_cpu): the arguments of step 3,
 // and its shared memory (flash_forward_pipeline_cuda_smem_bytes).
 void flash_forward_two_row_blocks_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                        const tc_forward_tensors *t);
