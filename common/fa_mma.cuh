@@ -109,6 +109,14 @@ __device__ __forceinline__ void cp_async_16(void *shared_destination, const void
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// The first byte of dynamic shared memory at or after `raw` whose shared-space address is a multiple of ALIGN: a
+// kernel whose address arithmetic needs aligned tiles (the XOR addresses of step 3h) asks the launch for ALIGN bytes
+// more than its tiles and starts them here.
+template <int ALIGN> __device__ __forceinline__ uint8_t *align_shared(void *raw) {
+    const uint32_t offset = (ALIGN - (uint32_t)__cvta_generic_to_shared(raw) % ALIGN) % ALIGN;
+    return static_cast<uint8_t *>(raw) + offset;
+}
+
 // --- The LSE of a row at large logits (fa_math.h, score_in_double), in the tensor-core forwards -----------------
 // A row's scores are spread over the 4 lanes of its quad (lanes 4g .. 4g + 3, the C layout above), so the key that
 // gave the row's max is agreed over the quad: each lane passes the last of its own keys whose score equals the tile's

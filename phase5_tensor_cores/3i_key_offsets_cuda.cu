@@ -111,8 +111,7 @@ flash_forward_key_offsets_kernel(const T *__restrict__ q, fa_strides q_strides, 
     constexpr int ROW_BYTES = D * (int)sizeof(T); // bytes in one tile row
     // The XOR addresses below need every tile to start on a multiple of ROW_BYTES: the launch asks for ROW_BYTES
     // more than the tiles need, and the tiles start at the first such boundary.
-    uint8_t *smem = reinterpret_cast<uint8_t *>(smem_raw) +
-                    (ROW_BYTES - (uint32_t)__cvta_generic_to_shared(smem_raw) % ROW_BYTES) % ROW_BYTES;
+    uint8_t *smem = align_shared<ROW_BYTES>(smem_raw);
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [2][BLOCK_N][D]: buffer n % 2 holds K tile n
     T *v_tiles = k_tiles + 2 * TILE;              // [2][BLOCK_N][D]

@@ -80,8 +80,7 @@ backward_lean_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T
     extern __shared__ uint4 smem_raw[];
     // The XOR addresses need every tile to start on a multiple of a row's bytes: the launch asks for one row more.
     constexpr int ROW_BYTES = D * (int)sizeof(T);
-    uint8_t *smem = reinterpret_cast<uint8_t *>(smem_raw) +
-                    (ROW_BYTES - (uint32_t)__cvta_generic_to_shared(smem_raw) % ROW_BYTES) % ROW_BYTES;
+    uint8_t *smem = align_shared<ROW_BYTES>(smem_raw);
     T *k_tile = reinterpret_cast<T *>(smem);        // [BLOCK_N][D]
     T *v_tile = k_tile + BLOCK_N * D;               // [BLOCK_N][D]
     T *q_tiles = v_tile + BLOCK_N * D;              // [2][BLOCK_M][D]

@@ -58,8 +58,7 @@ backward_lean_dq_kernel(const T *__restrict__ q, fa_strides q_strides, const T *
     extern __shared__ uint4 smem_raw[];
     // The XOR addresses need every tile to start on a multiple of a row's bytes: the launch asks for one row more.
     constexpr int ROW_BYTES = D * (int)sizeof(T);
-    uint8_t *smem = reinterpret_cast<uint8_t *>(smem_raw) +
-                    (ROW_BYTES - (uint32_t)__cvta_generic_to_shared(smem_raw) % ROW_BYTES) % ROW_BYTES;
+    uint8_t *smem = align_shared<ROW_BYTES>(smem_raw);
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *do_tile = q_tile + BLOCK_M * D;            // [BLOCK_M][D]
     T *k_tiles = do_tile + BLOCK_M * D;           // [2][BLOCK_N][D]

@@ -79,20 +79,20 @@ __device__ __forceinline__ void mma_along_rows(float acc[D / MMA_N][4], const ui
 //   load_a_rows_at:    row row0 + lane % 16,                chunk lane / 16       (then XOR 32 ds)
 //   mma_along_d_at:    row lane % 8 + lane / 16 * 8,        chunk lane / 8 % 2    (then XOR 32 ds, + 8 nb rows)
 //   mma_along_rows_at: row lane % 8 + lane / 8 % 2 * 8,     chunk lane / 16       (then XOR 16 db, + 16 ks rows)
-template <typename T> __device__ __forceinline__ uint32_t lane_address(const T *tile, int row, int chunk, int width) {
-    return (uint32_t)__cvta_generic_to_shared(tile + row * width + (chunk ^ (row % SWIZZLE_ROWS)) * CHUNK);
+template <int D, typename T> __device__ __forceinline__ uint32_t lane_address(const T *tile, int row, int chunk) {
+    return (uint32_t)__cvta_generic_to_shared(tile + swizzle<D>(row, chunk));
 }
 template <int D, typename T> __device__ __forceinline__ uint32_t a_rows_lane(const T *tile, int row0) {
     const int lane = threadIdx.x % WARP_SIZE;
-    return lane_address(tile, row0 + lane % 16, lane / 16, D);
+    return lane_address<D>(tile, row0 + lane % 16, lane / 16);
 }
 template <int D, typename T> __device__ __forceinline__ uint32_t along_d_lane(const T *tile) {
     const int lane = threadIdx.x % WARP_SIZE;
-    return lane_address(tile, lane % 8 + lane / 16 * 8, lane / 8 % 2, D);
+    return lane_address<D>(tile, lane % 8 + lane / 16 * 8, lane / 8 % 2);
 }
 template <int D, typename T> __device__ __forceinline__ uint32_t along_rows_lane(const T *tile) {
     const int lane = threadIdx.x % WARP_SIZE;
-    return lane_address(tile, lane % 8 + lane / 8 % 2 * 8, lane / 16, D);
+    return lane_address<D>(tile, lane % 8 + lane / 8 % 2 * 8, lane / 16);
 }
 template <typename T> __device__ __forceinline__ void load_a_rows_at(uint32_t a[4], uint32_t lane_address, int ds) {
     ldmatrix_x4_at(a, lane_address ^ ds * MMA_K * (int)sizeof(T));

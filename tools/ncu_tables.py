@@ -102,8 +102,8 @@ def backward_table(folder):
     names = ["step4-dkdv-d64", "step4-dq-d64", "step4b-dkdv-d64", "step4b-dq-d64", "step4-dkdv-atomic-d64",
              "pytorch-flash-bwd-d64"]
     dkdv, dq, dkdv_b, dq_b, atomic, fa2 = r = [read_report(folder, n) for n in names]
-    both = lambda key, a=dkdv, b=dq: get(a, key) + get(b, key)
-    sum_b = lambda key: both(key, dkdv_b, dq_b)
+    pair_sum = lambda a, b: (lambda key: get(a, key) + get(b, key))   # a step's two passes together
+    both, sum_b = pair_sum(dkdv, dq), pair_sum(dkdv_b, dq_b)
     cols = lambda f, sum_cell, sum_cell_b: [f(dkdv), f(dq), sum_cell, f(dkdv_b), f(dq_b), sum_cell_b, f(atomic),
                                             f(fa2)]
     rows = [
