@@ -83,7 +83,7 @@ flash_forward_wgmma_kernel(const T *__restrict__ q, fa_strides q_strides, const 
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [2][BLOCK_N][D]: buffer n % 2 holds K tile n
     T *v_tiles = k_tiles + 2 * TILE;              // [2][BLOCK_N][D]
-    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + 2 * TILE);   // the score copies (max_key.cuh)
+    float2 *max_copies = reinterpret_cast<float2 *>(v_tiles + 2 * TILE);   // the score copies (max_key.cuh)
 
     // The grid's second index is the head: (b, h) from bh, and where that head starts in each tensor.
     const int64_t bh = bh_first + blockIdx.y, b = bh / H, h = bh % H;

@@ -89,8 +89,8 @@ flash_forward_tma_kernel(const __grid_constant__ forward_params p) {
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [STAGES][BLOCK_N][D]: buffer n % STAGES holds K tile n
     T *v_tiles = k_tiles + STAGES * TILE;         // [STAGES][BLOCK_N][D]
-    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + STAGES * TILE);   // the score copies (max_key.cuh)
-    uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 4);
+    float2 *max_copies = reinterpret_cast<float2 *>(v_tiles + STAGES * TILE);   // the score copies (max_key.cuh)
+    uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 2);
     uint64_t *kv_landed = q_landed + 1;           // [STAGES]: buffer s's tile has landed
 
     // The grid's second index is the head: (b, h) from bh; TMA finds the head from its coordinates.

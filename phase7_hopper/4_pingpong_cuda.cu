@@ -150,7 +150,7 @@ __device__ __forceinline__ void issue_values(float o_acc[][4], uint32_t p_frag[]
 // in float32). The lane's rows are row_g and row_g + 8; a row's BLOCK_N scores are spread over the 4 lanes of a quad.
 template <typename T, int BLOCK_N>
 __device__ __forceinline__ void softmax_tile(float s[][4], uint32_t p_frag[][4], float m_i[2], float l_i[2],
-                                             int max_tile[2], float4 *max_copies, int warp, int lane, float alpha[2],
+                                             int max_tile[2], float2 *max_copies, int warp, int lane, float alpha[2],
                                              int stage, int64_t k_start, int64_t row_g, int64_t S_k, float qk_scale,
                                              int t) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;
@@ -224,8 +224,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ forward_params p) {
     T *q_tile = reinterpret_cast<T *>(smem);      // [BLOCK_M][D]
     T *k_tiles = q_tile + BLOCK_M * D;            // [STAGES][BLOCK_N][D]: buffer n % STAGES holds K tile n
     T *v_tiles = k_tiles + STAGES * TILE;         // [STAGES][BLOCK_N][D]
-    float4 *max_copies = reinterpret_cast<float4 *>(v_tiles + STAGES * TILE);   // the score copies (max_key.cuh)
-    uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 4);
+    float2 *max_copies = reinterpret_cast<float2 *>(v_tiles + STAGES * TILE);   // the score copies (max_key.cuh)
+    uint64_t *q_landed = reinterpret_cast<uint64_t *>(max_copies + BLOCK_M * BLOCK_N / 2);
     uint64_t *kv_landed = q_landed + 1;           // [STAGES]: buffer s's tile has landed
     uint64_t *kv_empty = kv_landed + STAGES;      // [STAGES]: every consumer is done with buffer s
 

@@ -9,6 +9,9 @@
 //                       only compute, "empty" barriers instead of a block-wide barrier, setmaxnreg.
 //   step 4 (4_pingpong_*): + the two consumer warpgroups take turns on the tensor cores (named barriers): one's
 //                       softmax runs while the other's products do.
+//   step 4a (4a_wide_wgmma_*): step 4 with one wgmma per 128 columns of a product (m64n128k16) where it issued two.
+//   step 4b (4b_exp2_ftz_*): step 4a with each exp2 of the softmax one MUFU.EX2 (exp2_ftz), not exp2f's four.
+//   step 4c (4c_three_consumers_*): step 4b with three consumer warpgroups, 192 query rows per block (D = 64).
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma.
@@ -43,6 +46,15 @@ void flash_forward_warp_specialized_cuda(const fa_shape *shape, int dtype, int b
 void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                  const tc_forward_tensors *t);
 
+void flash_forward_wide_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                   const tc_forward_tensors *t);
+
+void flash_forward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                 const tc_forward_tensors *t);
+
+void flash_forward_three_consumers_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                       const tc_forward_tensors *t);
+
 void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                 const tc_forward_tensors *t);
 
@@ -54,6 +66,11 @@ static inline int hopper_cuda_supports_tiles(int block_m, int block_n) {
 #define HOPPER_WS_CUDA_TILES_TEXT "128x64 or 128x128"
 static inline int hopper_ws_cuda_supports_tiles(int block_m, int block_n) {
     return block_m == 128 && (block_n == 64 || block_n == 128);
+}
+// Step 4c: three consumer warpgroups, so BLOCK_M = 192 (and D = 64).
+#define HOPPER_THREE_CONSUMERS_TILES_TEXT "192x64 or 192x128"
+static inline int hopper_three_consumers_supports_tiles(int block_m, int block_n) {
+    return block_m == 192 && (block_n == 64 || block_n == 128);
 }
 // Shared memory per block: the Q tile, two K and two V tiles (halves), the copies of the scores of the tiles where
 // a row's max moved (one float per score of the BLOCK_M x BLOCK_N tile, max_key.cuh), and 1024 bytes to align the

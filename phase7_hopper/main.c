@@ -26,7 +26,7 @@ static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers at D = 64, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
                "on the same input; (6) the backward with wgmma, beside phase 5 step 4.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
@@ -72,12 +72,27 @@ static void run_pingpong_cuda(void *p) {
     const row_args *a = p;
     flash_forward_pingpong_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
+static void run_wide_wgmma_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_wide_wgmma_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_exp2_ftz_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_exp2_ftz_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
+static void run_three_consumers_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_three_consumers_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
 #else
 #define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
 #define run_wgmma_cuda NULL
 #define run_tma_cuda NULL
 #define run_warp_specialized_cuda NULL
 #define run_pingpong_cuda NULL
+#define run_wide_wgmma_cuda NULL
+#define run_exp2_ftz_cuda NULL
+#define run_three_consumers_cuda NULL
 #define run_overlap_cuda NULL
 #endif
 
@@ -92,21 +107,28 @@ typedef struct {
     int64_t (*cuda_smem_bytes)(int64_t D, int block_m, int block_n);
     int (*cuda_supports_tiles)(int block_m, int block_n);
     const char *cuda_tiles_text;
+    int64_t cuda_only_d;   // 0: D = 64 and 128; else the one head dimension its kernel is built for
 } row_kind;
 
 static const row_kind ROWS[] = {
     {"phase 5 step 3", 0, run_pipeline_cpu, run_pipeline_cuda, flash_forward_pipeline_cuda_smem_bytes,
-     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT},
+     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 0},
     {"step 1 wgmma", 1, NULL, run_wgmma_cuda, flash_forward_wgmma_cuda_smem_bytes, hopper_cuda_supports_tiles,
-     HOPPER_CUDA_TILES_TEXT},
+     HOPPER_CUDA_TILES_TEXT, 0},
     {"step 2 tma", 2, NULL, run_tma_cuda, flash_forward_tma_cuda_smem_bytes, hopper_cuda_supports_tiles,
-     HOPPER_CUDA_TILES_TEXT},
+     HOPPER_CUDA_TILES_TEXT, 0},
     {"step 3 warp roles", 3, NULL, run_warp_specialized_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
     {"step 4 ping-pong", 4, NULL, run_pingpong_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+    {"step 4a wide wgmma", 4, NULL, run_wide_wgmma_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+    {"step 4b exp2 ftz", 4, NULL, run_exp2_ftz_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+    {"step 4c three consumers", 4, NULL, run_three_consumers_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
+     hopper_three_consumers_supports_tiles, HOPPER_THREE_CONSUMERS_TILES_TEXT, 64},
     {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT},
+     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
@@ -114,10 +136,27 @@ static int row_selected(const fa_options *opt, const row_kind *row) {
     if (opt->step == BACKWARD_STEP) return 0;   // the backward alone: no forward rows
     return row->step == 0 || opt->step == 0 || opt->step == row->step;
 }
-// The baseline's GPU kernels have tiles of their own: at other tiles its GPU row is left out (with a note), while a
-// step row that lacks the tiles asked for is an error.
-static int baseline_lacks_tiles(const fa_options *opt, const row_kind *row) {
-    return row->step == 0 && !row->cuda_supports_tiles(opt->block_m, opt->block_n);
+// A GPU row runs when its kernels have the tiles (and D) asked for. Otherwise it is left out with a note: the
+// baseline's row, and a row beside others of the same step that have them (step 4's variants: 4c has 192-row tiles
+// at D = 64, 4 to 4b 128-row ones). A step none of whose rows has them is an error.
+static int row_has_kernel(const fa_options *opt, const row_kind *row) {
+    return row->cuda_supports_tiles(opt->block_m, opt->block_n) &&
+           (row->cuda_only_d == 0 || row->cuda_only_d == opt->shape.D);
+}
+static void check_step_has_kernel(const fa_options *opt, int step) {
+    const row_kind *first = NULL;
+    for (int r = 0; r < N_ROWS; r++) {
+        if (ROWS[r].step != step) continue;
+        if (row_has_kernel(opt, &ROWS[r])) return;
+        if (!first) first = &ROWS[r];
+    }
+    if (!first) return;
+    if (!first->cuda_supports_tiles(opt->block_m, opt->block_n))
+        fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
+               "use --impl cpu for other tile sizes", first->label, first->cuda_tiles_text, opt->block_m,
+               opt->block_n);
+    fa_die("the CUDA kernels of %s are built for D = %lld (got %lld); use --impl cpu for other sizes", first->label,
+           (long long)first->cuda_only_d, (long long)opt->shape.D);
 }
 
 static void run_row(fa_report *report, const fa_options *opt, const fa_reference *ref, const fa_half_rule *rule,
@@ -263,13 +302,8 @@ int main(int argc, char **argv) {
         fa_die("--timeline records step 3, whose tiles are --block-m x --block-n = %s (got %d x %d)",
                HOPPER_WS_CUDA_TILES_TEXT, opt.block_m, opt.block_n);
     if (timeline_path && !(opt.impl & FA_IMPL_CUDA)) fa_die("--timeline records a GPU kernel: drop --impl cpu");
-    for (int r = 0; r < N_ROWS; r++) {
-        const row_kind *row = &ROWS[r];
-        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && !baseline_lacks_tiles(&opt, row) &&
-            !row->cuda_supports_tiles(opt.block_m, opt.block_n))
-            fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
-                   "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
-    }
+    for (int step = 1; step < BACKWARD_STEP && (opt.impl & FA_IMPL_CUDA); step++)
+        if (opt.step == 0 || opt.step == step) check_step_has_kernel(&opt, step);
 
     fa_report report;
     fa_report_init(&report, SPEC.program, &opt);
@@ -327,9 +361,13 @@ int main(int argc, char **argv) {
         float *lse_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "LSE");
         for (int r = 0; r < N_ROWS; r++) {
             if (!row_selected(&opt, &ROWS[r]) || !ROWS[r].cuda) continue;
-            if (baseline_lacks_tiles(&opt, &ROWS[r])) {
-                fa_report_add_note(&report, "%s cuda left out: its kernels have %s tiles, not %d x %d", ROWS[r].label,
-                                   ROWS[r].cuda_tiles_text, opt.block_m, opt.block_n);
+            if (!row_has_kernel(&opt, &ROWS[r])) {
+                if (ROWS[r].cuda_only_d && ROWS[r].cuda_only_d != opt.shape.D)
+                    fa_report_add_note(&report, "%s cuda left out: its kernels are built for D = %lld", ROWS[r].label,
+                                       (long long)ROWS[r].cuda_only_d);
+                else
+                    fa_report_add_note(&report, "%s cuda left out: its kernels have %s tiles, not %d x %d",
+                                       ROWS[r].label, ROWS[r].cuda_tiles_text, opt.block_m, opt.block_n);
                 continue;
             }
             run_row(&report, &opt, &ref, &rule, 1, dev_half.q, dev_half.k, dev_half.v, o_dev, lse_dev, o, lse,

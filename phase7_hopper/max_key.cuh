@@ -14,10 +14,13 @@
 //   to the first key (max_key_of_row).
 //
 // In wgmma's accumulator layout (wgmma.cuh) a row is spread over the 4 lanes of a quad (same g, t = 0..3): lane t
-// holds keys 8kb + 2t and 8kb + 2t + 1 of every 8-key block kb. Its copy of one row is KEY_BLOCKS / 2 float4s, each
-// (s[2c][2r], s[2c][2r + 1], s[2c + 1][2r], s[2c + 1][2r + 1]): keys 16c + 2t, +1, 16c + 8 + 2t, +1. In shared
-// memory the float4 c of lane L sits at [warp][r][c][L], so that the 32 lanes' stores of one c are 512 consecutive
-// bytes (no bank conflict); a block needs one float per score of its BLOCK_M x BLOCK_N tile (hopper.h).
+// holds keys 8kb + 2t and 8kb + 2t + 1 of every 8-key block kb, in s[kb][2r] and s[kb][2r + 1], two registers next
+// to each other. Its copy of one row is KEY_BLOCKS float2s, each such pair as it is: one 8-byte store straight from
+// the accumulator's registers. (Packing four scores into a float4 takes fewer stores but first gathers them into
+// four consecutive registers, a move per score, and the compiler issues those moves on every tile, not only where
+// the max moved.) In shared memory the float2 kb of lane L sits at [warp][r][kb][L], so that the 32 lanes' stores of
+// one kb are 256 consecutive bytes (no bank conflict); a block needs one float per score of its BLOCK_M x BLOCK_N
+// tile (hopper.h).
 #ifndef MAX_KEY_CUH
 #define MAX_KEY_CUH
 
@@ -30,26 +33,24 @@
 #include "fa_mma.cuh"    // MMA_N, quad_score_in_double
 #include "fa_warp.cuh"   // FULL_WARP
 
-// Lane `lane` of consumer warp `warp`: where its copy of row half r (0: row g, 1: row g + 8) starts; its float4s are
+// Lane `lane` of consumer warp `warp`: where its copy of row half r (0: row g, 1: row g + 8) starts; its float2s are
 // WARP_SIZE apart.
-template <int KEY_BLOCKS, typename F4>   // F4: float4 or const float4
-__device__ __forceinline__ F4 *row_copy(F4 *copies, int warp, int r, int lane) {
-    return copies + (warp * 2 + r) * (KEY_BLOCKS / 2) * WARP_SIZE + lane;
+template <int KEY_BLOCKS, typename F2>   // F2: float2 or const float2
+__device__ __forceinline__ F2 *row_copy(F2 *copies, int warp, int r, int lane) {
+    return copies + (warp * 2 + r) * KEY_BLOCKS * WARP_SIZE + lane;
 }
 
 // After the quad has reduced row half r's m_tile and before m_i takes it: where the max moved, keep the lane's
 // scores of that row (masked, raw) and the tile's first key.
 template <int KEY_BLOCKS>
-__device__ __forceinline__ void update_max_tile(int &max_tile, float4 *copies, int warp, int lane,
+__device__ __forceinline__ void update_max_tile(int &max_tile, float2 *copies, int warp, int lane,
                                                 const float s[KEY_BLOCKS][4], int r, float m_tile, float m_i,
                                                 int64_t k_start) {
     if (m_tile > m_i) {
         max_tile = (int)k_start;
-        float4 *copy = row_copy<KEY_BLOCKS>(copies, warp, r, lane);
+        float2 *copy = row_copy<KEY_BLOCKS>(copies, warp, r, lane);
 #pragma unroll
-        for (int c = 0; c < KEY_BLOCKS / 2; c++)
-            copy[c * WARP_SIZE] = make_float4(s[2 * c][2 * r], s[2 * c][2 * r + 1], s[2 * c + 1][2 * r],
-                                              s[2 * c + 1][2 * r + 1]);
+        for (int kb = 0; kb < KEY_BLOCKS; kb++) copy[kb * WARP_SIZE] = make_float2(s[kb][2 * r], s[kb][2 * r + 1]);
     }
 }
 
@@ -57,18 +58,16 @@ __device__ __forceinline__ void update_max_tile(int &max_tile, float4 *copies, i
 // where the max moved (max_tile < 0: none, the row saw no key or is past S_q). -1 when there is none. Every lane of
 // the warp must call it (shuffles).
 template <int KEY_BLOCKS>
-__device__ __forceinline__ int max_key_of_row(const float4 *copies, int warp, int lane, int r, int max_tile,
+__device__ __forceinline__ int max_key_of_row(const float2 *copies, int warp, int lane, int r, int max_tile,
                                               float m_i) {
     const int t = lane % 4;
     int key = INT_MAX;
     if (max_tile >= 0) {
-        const float4 *copy = row_copy<KEY_BLOCKS>(copies, warp, r, lane);
+        const float2 *copy = row_copy<KEY_BLOCKS>(copies, warp, r, lane);
 #pragma unroll
-        for (int c = KEY_BLOCKS / 2 - 1; c >= 0; c--) {   // backwards, so that the first key that has it is kept
-            const float4 v = copy[c * WARP_SIZE];
-            const int key0 = max_tile + 2 * c * MMA_N + 2 * t;   // v.x, v.y; v.z and v.w are 8 keys further
-            if (v.w == m_i) key = key0 + MMA_N + 1;
-            if (v.z == m_i) key = key0 + MMA_N;
+        for (int kb = KEY_BLOCKS - 1; kb >= 0; kb--) {   // backwards, so that the first key that has it is kept
+            const float2 v = copy[kb * WARP_SIZE];
+            const int key0 = max_tile + kb * MMA_N + 2 * t;   // v.x; v.y is the next key
             if (v.y == m_i) key = key0 + 1;
             if (v.x == m_i) key = key0;
         }

@@ -38,14 +38,18 @@ typedef struct {
     const char *label;
     forward_fn run;
     int block_m, block_n;
+    int64_t only_d;   // 0: D = 64 and 128; else the one head dimension the kernel is built for
 } step_kind;
 
 static const step_kind STEPS[] = {
-    {"step 1 wgmma", flash_forward_wgmma_cuda, 128, 64},
-    {"step 2 tma", flash_forward_tma_cuda, 128, 64},
-    {"step 3 warp roles", flash_forward_warp_specialized_cuda, 128, 128},
-    {"step 4 ping-pong", flash_forward_pingpong_cuda, 128, 64},
-    {"step 5 overlap", flash_forward_overlap_cuda, 128, 128},
+    {"step 1 wgmma", flash_forward_wgmma_cuda, 128, 64, 0},
+    {"step 2 tma", flash_forward_tma_cuda, 128, 64, 0},
+    {"step 3 warp roles", flash_forward_warp_specialized_cuda, 128, 128, 0},
+    {"step 4 ping-pong", flash_forward_pingpong_cuda, 128, 64, 0},
+    {"step 4a wide wgmma", flash_forward_wide_wgmma_cuda, 128, 128, 0},
+    {"step 4b exp2 ftz", flash_forward_exp2_ftz_cuda, 128, 128, 0},
+    {"step 4c three consumers", flash_forward_three_consumers_cuda, 192, 128, 64},
+    {"step 5 overlap", flash_forward_overlap_cuda, 128, 128, 0},
 };
 
 static void check_draw(fa_shape s, int dtype, uint64_t seed) {
@@ -87,6 +91,7 @@ static void check_draw(fa_shape s, int dtype, uint64_t seed) {
 
     for (size_t i = 0; i < sizeof STEPS / sizeof STEPS[0]; i++) {
         const step_kind *step = &STEPS[i];
+        if (step->only_d && step->only_d != s.D) continue;
         fa_gpu_poison(o_dev, nq), fa_gpu_poison(lse_dev, nl);
         step->run(&s, dtype, step->block_m, step->block_n, &t);
         fa_gpu_synchronize(step->label);

@@ -5,7 +5,8 @@
 # and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
 #
 # Shapes: B=4 H=16 S=4096 and B=1 H=16 S=16384; D=64 and 128; causal and not; bf16 and fp16. Tiles: 128x64 (phase 5
-# step 3 has no larger one; phase 7's steps at 128x64 too) and 128x128 (phase 7 only). Medians of 10 runs after 2.
+# step 3 has no larger one; phase 7's steps at 128x64 too), 128x128 (phase 7 only) and, at D=64, 192x128 (step 4c,
+# three consumer warpgroups). Medians of 10 runs after 2.
 set -uo pipefail
 BIN=${1:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
 LOGDIR=${2:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
@@ -20,13 +21,20 @@ LOG="$LOGDIR/hopper-bench.log"
         "$BIN/phase7_hopper" --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8 \
             --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
     }
+    step4() {   # step4 DTYPE B H S D CAUSAL: step 4c's 192-row tiles (D = 64; --step 4 runs it, 4 to 4b are left out)
+        echo "\$ phase7_hopper --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 --block-n 128"
+        "$BIN/phase7_hopper" --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 \
+            --block-n 128 --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
+    }
     for dtype in bf16 fp16; do for D in 64 128; do for causal in "" --causal; do
         run $dtype 4 16 4096 $D "$causal" 128 64
         run $dtype 4 16 4096 $D "$causal" 128 128
+        [ $D = 64 ] && step4 $dtype 4 16 4096 $D "$causal"
     done; done; done
     # The longer shape: the oracle's float64 head costs more than every GPU row together, so only D = 128.
     for dtype in bf16 fp16; do for causal in "" --causal; do
         run $dtype 1 16 16384 128 "$causal" 128 128
+        step4 $dtype 1 16 16384 64 "$causal"
     done; done
     # The backward (step 6 and phase 5 step 4, both dQ variants; 64 x 64 tiles, the only ones their kernels have).
     backward() {   # backward DTYPE B H S D CAUSAL
@@ -46,21 +54,25 @@ LOG="$LOGDIR/hopper-bench.log"
     cut -d, -f2,6-11,17,19 "$LOGDIR/hopper-pytorch.csv" | sed 's/^/  pytorch: /'
 } > "$LOG" 2>&1
 
-# The profiler: one launch of each step at B=4 H=16 S=4096 D=128 bf16, tiles 128x128 (steps 1-4) and 128x64.
+# The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b), and
+# D=64 for step 4b beside step 4c (192x128, the tiles only it has).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
-METRICS="smsp__inst_executed.sum,gpu__time_duration.sum"
+METRICS="smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
 : > "$SUMMARY"
-for step in 1 2 3 4 5; do
-    kernel=$(case $step in 1) echo wgmma;; 2) echo tma;; 3) echo warp_specialized;; 4) echo pingpong;; 5) echo overlap;; esac)
-    out="$LOGDIR/hopper-ncu-step$step.txt"
-    "$NCU" --clock-control none -k "regex:flash_forward_${kernel}_kernel" --launch-count 1 --section SpeedOfLight \
+# name kernel step D BLOCK_M BLOCK_N
+for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized 3 128 128 128" \
+               "4 pingpong 4 128 128 128" "4a wide_wgmma 4 128 128 128" "4b exp2_ftz 4 128 128 128" \
+               "5 overlap 5 128 128 128" "4b-d64 exp2_ftz 4 64 128 128" "4c-d64 three_consumers 4 64 192 128"; do
+    set -- $profile
+    out="$LOGDIR/hopper-ncu-step$1.txt"
+    "$NCU" --clock-control none -k "regex:flash_forward_${2}_kernel" --launch-count 1 --section SpeedOfLight \
         --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics "$METRICS" \
-        "$BIN/phase7_hopper" --impl cuda --step $step --dtype bf16 --B 4 --H 16 --S 4096 --D 128 --block-m 128 \
-        --block-n 128 --check-heads 1 --warmup 0 --iters 1 > "$out" 2>&1
-    echo "== step $step ($kernel)" >> "$SUMMARY"
+        "$BIN/phase7_hopper" --impl cuda --step $3 --dtype bf16 --B 4 --H 16 --S 4096 --D $4 --block-m $5 \
+        --block-n $6 --check-heads 1 --warmup 0 --iters 1 > "$out" 2>&1
+    echo "== step $1 ($2, D=$4, $5x$6)" >> "$SUMMARY"
     grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
-Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
+Warp Cycles Per Issued|smsp__inst_executed.sum|gmma_cycles_active|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
 done
 # The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
 # step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.
