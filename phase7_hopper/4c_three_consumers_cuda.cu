@@ -1,16 +1,16 @@
-// 4c_three_consumers_cuda.cu - phase 7, step 4c, on the GPU: three consumer warpgroups, 192 query rows per block, at
-// D = 64; fp16 or bf16 inputs.
+// 4c_three_consumers_cuda.cu - phase 7, step 4c, on the GPU: three consumer warpgroups, 192 query rows per block,
+// at D = 64 (two, as before, with 128-row tiles); fp16 or bf16 inputs.
 //
 // What it changes against step 4b (phase7_hopper/4b_exp2_ftz_cuda.cu):
 //   - BLOCK_M = 192: three consumer warpgroups of 64 rows beside the producer, 512 threads. At D = 64 a tile's
 //     products take about as long as its softmax (64 x 128 exp2s on 16 exp2 units a clock is 512 clocks; 2 x 64 x
 //     128 x 64 x 2 FLOPs on 4096 a clock too), so with two consumers the tensor cores idle whenever both are in
 //     their softmax; with three, two can compute exp2s while the third's products run.
-//   - the turns go round: warpgroup c waits on barrier TURN_BARRIER + c and hands the turn to (c + 1) % 3; the last
-//     warpgroup gives warpgroup 0 its first turn and hands on nothing after its last.
-//   - registers: 65536 / 512 = 128 a thread at entry; setmaxnreg gives the producer 24 and each consumer
-//     (512 - 24) / 3 -> 160, enough for S (64), P (32) and O (32) at D = 64, not for O at D = 128 (64 more): the
-//     kernel is built for D = 64 only, and step 4b stays the D = 128 kernel.
+//   - the turns go round: warpgroup c waits on barrier TURN_BARRIER + c and hands the turn to (c + 1) % CONSUMERS;
+//     the last warpgroup gives warpgroup 0 its first turn and hands on nothing after its last.
+//   - registers: 65536 / 512 = 128 a thread at entry; setmaxnreg gives the producer 24 and each of three consumers
+//     (512 - 24) / 3 -> 160, enough for S (64), P (32) and O (32) at D = 64, not for O at D = 128 (64 more): 192-row
+//     tiles are built for D = 64 only. With 128-row tiles (two consumers, 240 registers each) the kernel is step 4b's.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same sums in the same order per tile; only subnormal p differ)
 // Diff:      diff -u phase7_hopper/4b_exp2_ftz_cuda.cu phase7_hopper/4c_three_consumers_cuda.cu
 // Run:       build/bin/phase7_hopper --impl cuda --step 4 --dtype bf16 --B 4 --H 16 --S 4096 --D 64
@@ -39,7 +39,11 @@
 #define STAGES 2            // K/V buffers in the ring
 #define WARPGROUP_THREADS 128
 #define PRODUCER_REGISTERS 24    // setmaxnreg: what the producer keeps (it holds a few indices and addresses)
-#define CONSUMER_REGISTERS 160   // and what each consumer thread gets: 24 + 3 x 160 = 504 <= 65536 / 128 threads
+// What each consumer thread gets: the block's 65536 registers less the producer's, shared by the CONSUMERS
+// warpgroups, in multiples of 8: 240 for two (24 + 2 x 240 = 504 <= 512 a thread slot), 160 for three.
+template <int CONSUMERS> __host__ __device__ constexpr int consumer_registers() {
+    return (65536 / WARPGROUP_THREADS - PRODUCER_REGISTERS) / CONSUMERS / 8 * 8;
+}
 #define TURN_BARRIER 1           // named barriers 1 to 3: consumer warpgroup c's turn on the tensor cores (0 is
                                  // __syncthreads')
 
@@ -269,7 +273,7 @@ flash_forward_three_consumers_kernel(const __grid_constant__ forward_params p) {
         return;
     }
     // The consumers: warp `warp` (0 .. BLOCK_M / 16 - 1) of the consumer warpgroups.
-    setmaxnreg_inc<CONSUMER_REGISTERS>();
+    setmaxnreg_inc<consumer_registers<BLOCK_M / WARPGROUP_ROWS>()>();
     const int warp = threadIdx.x / WARP_SIZE - WARPGROUP_THREADS / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int g = lane / 4, t = lane % 4, warpgroup = warp / 4;
     // This lane's two query rows: row_g (C elements 0 and 1 of every fragment) and row_g + 8 (elements 2 and 3).
@@ -384,16 +388,18 @@ template <typename T, int D>
 static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const void *q, fa_strides q_strides,
                          const void *k, fa_strides k_strides, const void *v, fa_strides v_strides, float *o,
                          fa_strides o_strides, float *lse) {
+    if (block_m == 128 && block_n == 64)
+        return launch<T, D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+    if (block_m == 128 && block_n == 128)
+        return launch<T, D, 128, 128>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
     if constexpr (D == 64) {
         if (block_m == 192 && block_n == 64)
             return launch<T, D, 192, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
         if (block_m == 192 && block_n == 128)
             return launch<T, D, 192, 128>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
-        fa_die("the three-consumer kernel is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d",
-               HOPPER_THREE_CONSUMERS_TILES_TEXT, block_m, block_n);
     }
-    fa_die("the three-consumer kernel is compiled for D = 64 only (at D = 128, O does not fit in 160 registers a "
-           "thread beside S and P), not %d", D);
+    fa_die("the kernels with three consumers are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d at D = %d",
+           HOPPER_MANY_CONSUMERS_TILES_TEXT, block_m, block_n, D);
 }
 
 template <typename T>

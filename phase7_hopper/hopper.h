@@ -11,7 +11,9 @@
 //                       softmax runs while the other's products do.
 //   step 4a (4a_wide_wgmma_*): step 4 with one wgmma per 128 columns of a product (m64n128k16) where it issued two.
 //   step 4b (4b_exp2_ftz_*): step 4a with each exp2 of the softmax one MUFU.EX2 (exp2_ftz), not exp2f's four.
-//   step 4c (4c_three_consumers_*): step 4b with three consumer warpgroups, 192 query rows per block (D = 64).
+//   step 4c (4c_three_consumers_*): step 4b with three consumer warpgroups, 192 query rows per block, at D = 64.
+//   step 4d (4d_split_barriers_*): step 4c with a landed/empty barrier pair per K buffer and per V buffer, so that
+//                       a K buffer is refilled as soon as S = Q K^T has read it.
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma.
@@ -55,6 +57,9 @@ void flash_forward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, 
 void flash_forward_three_consumers_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                        const tc_forward_tensors *t);
 
+void flash_forward_split_barriers_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                       const tc_forward_tensors *t);
+
 void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                 const tc_forward_tensors *t);
 
@@ -67,10 +72,10 @@ static inline int hopper_cuda_supports_tiles(int block_m, int block_n) {
 static inline int hopper_ws_cuda_supports_tiles(int block_m, int block_n) {
     return block_m == 128 && (block_n == 64 || block_n == 128);
 }
-// Step 4c: three consumer warpgroups, so BLOCK_M = 192 (and D = 64).
-#define HOPPER_THREE_CONSUMERS_TILES_TEXT "192x64 or 192x128"
-static inline int hopper_three_consumers_supports_tiles(int block_m, int block_n) {
-    return block_m == 192 && (block_n == 64 || block_n == 128);
+// Step 4c: two consumer warpgroups (BLOCK_M = 128) or, at D = 64, three (BLOCK_M = 192).
+#define HOPPER_MANY_CONSUMERS_TILES_TEXT "128x64 or 128x128, and at D = 64 192x64 or 192x128"
+static inline int hopper_many_consumers_supports(int64_t D, int block_m, int block_n) {
+    return (block_m == 128 || (block_m == 192 && D == 64)) && (block_n == 64 || block_n == 128);
 }
 // Shared memory per block: the Q tile, two K and two V tiles (halves), the copies of the scores of the tiles where
 // a row's max moved (one float per score of the BLOCK_M x BLOCK_N tile, max_key.cuh), and 1024 bytes to align the
@@ -87,6 +92,11 @@ static inline int64_t flash_forward_tma_cuda_smem_bytes(int64_t D, int block_m, 
 // Step 3: the same tiles, and five mbarriers.
 static inline int64_t flash_forward_warp_specialized_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     return flash_forward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 5 * 8;
+}
+
+// Step 4d: the same tiles, and nine mbarriers (Q, and a landed/empty pair for each of two K and two V buffers).
+static inline int64_t flash_forward_split_barriers_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return flash_forward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 9 * 8;
 }
 
 // Step 6 (6_backward_cuda.cu): the backward, its dK/dV pass on wgmma (one warpgroup per 64 keys), dQ by phase 5

@@ -26,7 +26,7 @@ static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers at D = 64, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
                "on the same input; (6) the backward with wgmma, beside phase 5 step 4.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
@@ -84,6 +84,10 @@ static void run_three_consumers_cuda(void *p) {
     const row_args *a = p;
     flash_forward_three_consumers_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
+static void run_split_barriers_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_split_barriers_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
 #else
 #define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
 #define run_wgmma_cuda NULL
@@ -93,6 +97,7 @@ static void run_three_consumers_cuda(void *p) {
 #define run_wide_wgmma_cuda NULL
 #define run_exp2_ftz_cuda NULL
 #define run_three_consumers_cuda NULL
+#define run_split_barriers_cuda NULL
 #define run_overlap_cuda NULL
 #endif
 
@@ -105,30 +110,45 @@ typedef struct {
     void (*cpu)(void *args);
     void (*cuda)(void *args);
     int64_t (*cuda_smem_bytes)(int64_t D, int block_m, int block_n);
-    int (*cuda_supports_tiles)(int block_m, int block_n);
+    int (*cuda_supports)(int64_t D, int block_m, int block_n);   // its kernels have these tiles at this D
     const char *cuda_tiles_text;
-    int64_t cuda_only_d;   // 0: D = 64 and 128; else the one head dimension its kernel is built for
 } row_kind;
+
+// Which tiles each row's kernels have (only step 4c's depend on D).
+static int baseline_tiles(int64_t D, int block_m, int block_n) {
+    (void)D;
+    return tc_cuda_supports_tiles(block_m, block_n);
+}
+static int one_consumer_tiles(int64_t D, int block_m, int block_n) {
+    (void)D;
+    return hopper_cuda_supports_tiles(block_m, block_n);
+}
+static int warp_specialized_tiles(int64_t D, int block_m, int block_n) {
+    (void)D;
+    return hopper_ws_cuda_supports_tiles(block_m, block_n);
+}
 
 static const row_kind ROWS[] = {
     {"phase 5 step 3", 0, run_pipeline_cpu, run_pipeline_cuda, flash_forward_pipeline_cuda_smem_bytes,
-     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 0},
-    {"step 1 wgmma", 1, NULL, run_wgmma_cuda, flash_forward_wgmma_cuda_smem_bytes, hopper_cuda_supports_tiles,
-     HOPPER_CUDA_TILES_TEXT, 0},
-    {"step 2 tma", 2, NULL, run_tma_cuda, flash_forward_tma_cuda_smem_bytes, hopper_cuda_supports_tiles,
-     HOPPER_CUDA_TILES_TEXT, 0},
+     baseline_tiles, TC_CUDA_TILES_TEXT},
+    {"step 1 wgmma", 1, NULL, run_wgmma_cuda, flash_forward_wgmma_cuda_smem_bytes, one_consumer_tiles,
+     HOPPER_CUDA_TILES_TEXT},
+    {"step 2 tma", 2, NULL, run_tma_cuda, flash_forward_tma_cuda_smem_bytes, one_consumer_tiles,
+     HOPPER_CUDA_TILES_TEXT},
     {"step 3 warp roles", 3, NULL, run_warp_specialized_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+     warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},
     {"step 4 ping-pong", 4, NULL, run_pingpong_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+     warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},
     {"step 4a wide wgmma", 4, NULL, run_wide_wgmma_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+     warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},
     {"step 4b exp2 ftz", 4, NULL, run_exp2_ftz_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+     warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},
     {"step 4c three consumers", 4, NULL, run_three_consumers_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_three_consumers_supports_tiles, HOPPER_THREE_CONSUMERS_TILES_TEXT, 64},
+     hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
+    {"step 4d split barriers", 4, NULL, run_split_barriers_cuda, flash_forward_split_barriers_cuda_smem_bytes,
+     hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
-     hopper_ws_cuda_supports_tiles, HOPPER_WS_CUDA_TILES_TEXT, 0},
+     warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
@@ -136,27 +156,24 @@ static int row_selected(const fa_options *opt, const row_kind *row) {
     if (opt->step == BACKWARD_STEP) return 0;   // the backward alone: no forward rows
     return row->step == 0 || opt->step == 0 || opt->step == row->step;
 }
-// A GPU row runs when its kernels have the tiles (and D) asked for. Otherwise it is left out with a note: the
-// baseline's row, and a row beside others of the same step that have them (step 4's variants: 4c has 192-row tiles
-// at D = 64, 4 to 4b 128-row ones). A step none of whose rows has them is an error.
+// A GPU row runs when its kernels have the tiles asked for (at this D). Otherwise it is left out with a note: the
+// baseline's row, and a row beside others of the same step that have them (step 4's variants: only 4c and 4d have
+// 192-row tiles). A step none of whose rows has them is an error.
 static int row_has_kernel(const fa_options *opt, const row_kind *row) {
-    return row->cuda_supports_tiles(opt->block_m, opt->block_n) &&
-           (row->cuda_only_d == 0 || row->cuda_only_d == opt->shape.D);
+    return row->cuda_supports(opt->shape.D, opt->block_m, opt->block_n);
 }
 static void check_step_has_kernel(const fa_options *opt, int step) {
-    const row_kind *first = NULL;
+    char kernels[512] = "";   // "step 4 ping-pong: 128x64 or 128x128; ..." for the message
     for (int r = 0; r < N_ROWS; r++) {
         if (ROWS[r].step != step) continue;
         if (row_has_kernel(opt, &ROWS[r])) return;
-        if (!first) first = &ROWS[r];
+        const size_t used = strlen(kernels);
+        snprintf(kernels + used, sizeof kernels - used, "%s%s: %s", used ? "; " : "", ROWS[r].label,
+                 ROWS[r].cuda_tiles_text);
     }
-    if (!first) return;
-    if (!first->cuda_supports_tiles(opt->block_m, opt->block_n))
-        fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
-               "use --impl cpu for other tile sizes", first->label, first->cuda_tiles_text, opt->block_m,
-               opt->block_n);
-    fa_die("the CUDA kernels of %s are built for D = %lld (got %lld); use --impl cpu for other sizes", first->label,
-           (long long)first->cuda_only_d, (long long)opt->shape.D);
+    if (kernels[0])
+        fa_die("no CUDA kernel of step %d has --block-m x --block-n = %d x %d at D = %lld (%s); use --impl cpu for "
+               "other tile sizes", step, opt->block_m, opt->block_n, (long long)opt->shape.D, kernels);
 }
 
 static void run_row(fa_report *report, const fa_options *opt, const fa_reference *ref, const fa_half_rule *rule,
@@ -362,12 +379,8 @@ int main(int argc, char **argv) {
         for (int r = 0; r < N_ROWS; r++) {
             if (!row_selected(&opt, &ROWS[r]) || !ROWS[r].cuda) continue;
             if (!row_has_kernel(&opt, &ROWS[r])) {
-                if (ROWS[r].cuda_only_d && ROWS[r].cuda_only_d != opt.shape.D)
-                    fa_report_add_note(&report, "%s cuda left out: its kernels are built for D = %lld", ROWS[r].label,
-                                       (long long)ROWS[r].cuda_only_d);
-                else
-                    fa_report_add_note(&report, "%s cuda left out: its kernels have %s tiles, not %d x %d",
-                                       ROWS[r].label, ROWS[r].cuda_tiles_text, opt.block_m, opt.block_n);
+                fa_report_add_note(&report, "%s cuda left out: its kernels have %s tiles, not %d x %d", ROWS[r].label,
+                                   ROWS[r].cuda_tiles_text, opt.block_m, opt.block_n);
                 continue;
             }
             run_row(&report, &opt, &ref, &rule, 1, dev_half.q, dev_half.k, dev_half.v, o_dev, lse_dev, o, lse,

@@ -38,7 +38,7 @@ typedef struct {
     const char *label;
     forward_fn run;
     int block_m, block_n;
-    int64_t only_d;   // 0: D = 64 and 128; else the one head dimension the kernel is built for
+    int64_t only_d;   // 0: D = 64 and 128; else the one head dimension these tiles are built for
 } step_kind;
 
 static const step_kind STEPS[] = {
@@ -49,6 +49,8 @@ static const step_kind STEPS[] = {
     {"step 4a wide wgmma", flash_forward_wide_wgmma_cuda, 128, 128, 0},
     {"step 4b exp2 ftz", flash_forward_exp2_ftz_cuda, 128, 128, 0},
     {"step 4c three consumers", flash_forward_three_consumers_cuda, 192, 128, 64},
+    {"step 4d split barriers", flash_forward_split_barriers_cuda, 128, 128, 0},
+    {"step 4d split barriers", flash_forward_split_barriers_cuda, 192, 128, 64},
     {"step 5 overlap", flash_forward_overlap_cuda, 128, 128, 0},
 };
 
