@@ -4,10 +4,9 @@
 //
 // What it changes against step 4 (phase7_hopper/4_pingpong_cuda.cu):
 //   - issue_scores and issue_values call wgmma_m64n128k16 (wgmma.cuh) when the product has 128 columns, through
-//     wgmma_ss / wgmma_rs, which pick the width from the tile. A wgmma reads its shared-memory operands once per
-//     instruction: m64n64k16 with both operands in shared memory reads 128 bytes a clock at the tensor cores' pace,
-//     every byte an SM's shared memory can deliver, so the TMA copies landing beside it slow it down; m64n128k16
-//     reads Q's 64 x 16 slice once for 128 keys, 96 bytes a clock (wgmma.cuh works the numbers).
+//     wgmma_ss / wgmma_rs, which pick the width from the tile: half the wgmma instructions and descriptors, and
+//     S = Q K^T reads Q's 64 x 16 slice from shared memory once for 128 keys instead of twice (wgmma.cuh works out
+//     the bytes a clock). Chapter 09 measures what that is worth: fewer instructions, the same time.
 //   - nothing else: the same tiles, turns, softmax and rounding points; at 64 x 64 products (BLOCK_N = 64, D = 64)
 //     the kernel is step 4's.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same sums in the same order per tile)

@@ -176,10 +176,10 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float d[8][4], const uint32_t
 // --- wgmma.mma_async.m64n128k16: the same product with 128 columns (step 4a) ------------------------------------
 //
 // The layout is the m64n64k16 one above with sixteen 8-column blocks instead of eight: d[j] is columns 8j .. 8j + 7.
-// Why wider pays: a wgmma reads its shared-memory operands once per instruction. m64n64k16 in the _ss form reads A
-// (64 x 16 halves, 2 KiB) and B (2 KiB) for 64 x 64 x 16 products, 32 clocks of an SM's tensor cores: 128 bytes a
-// clock, all the shared memory an SM can deliver. m64n128k16 reads A once for 128 columns: 6 KiB in 64 clocks, 96
-// bytes a clock, which leaves room for the TMA copies landing in the same shared memory.
+// What the width changes: a wgmma reads its shared-memory operands once per instruction. m64n64k16 in the _ss form
+// reads A (64 x 16 halves, 2 KiB) and B (2 KiB) for 64 x 64 x 16 products, 32 clocks of an SM's tensor cores at
+// their peak: 128 bytes a clock, what an SM's shared memory delivers. m64n128k16 reads A once for 128 columns:
+// 6 KiB in 64 clocks, 96 bytes a clock. (At the speeds phase 7 reaches, chapter 09 finds no gain from it.)
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float d[16][4], uint64_t desc_a, uint64_t desc_b, __half) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "

@@ -2,7 +2,8 @@
 # phase 5 step 3 (its CPU row is the twin every phase 7 step shares). The GPU tests exit 77 (skipped) on a machine
 # without a Hopper GPU, or where the build has no sm_90.
 # Shapes: fp16 and bf16; D 64 and 128; Sq != Sk both ways; lengths one past a tile; a single query row; causal with
-# Sq > Sk and Sq < Sk; the tiles 128x64 (default), 64x64 (steps 1 and 2) and 128x128.
+# Sq > Sk and Sq < Sk; the tiles 128x64 (default), 64x64 (steps 1 and 2), 128x128 and 192x64/192x128 (steps 4c
+# and 4d, D = 64).
 set(phase7_shapes
   "fp16_B2_H3_S1_D64|--dtype|fp16|--B|2|--H|3|--S|1|--D|64"
   "bf16_B2_H2_Sq130_Sk100_D64_causal|--dtype|bf16|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal"
@@ -25,6 +26,21 @@ fa_add_check_test(NAME phase7_cuda_step1_fp16_B2_H2_Sq300_Sk200_D64_causal_tile6
                   --block-n 64)
 fa_add_check_test(NAME phase7_cuda_step2_bf16_B2_H2_Sq200_Sk300_D128_tile64x64 LABEL phase7 BINARY phase7_hopper
                   IMPL cuda ARGS --step 2 --dtype bf16 --B 2 --H 2 --Sq 200 --Sk 300 --D 128 --block-m 64 --block-n 64)
+# Steps 4c and 4d also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
+# whose tiles are 128-row, are left out with a note), beside the CPU twin at the same tiles.
+set(phase7_192_shapes
+  "bf16_B2_H2_Sq1000_Sk129_D64_causal_tile192x128|--dtype|bf16|--B|2|--H|2|--Sq|1000|--Sk|129|--D|64|--causal|--block-m|192|--block-n|128"
+  "fp16_B1_H2_Sq129_Sk1000_D64_tile192x64|--dtype|fp16|--B|1|--H|2|--Sq|129|--Sk|1000|--D|64|--block-m|192|--block-n|64"
+  "bf16_B2_H3_S1_D64_tile192x128|--dtype|bf16|--B|2|--H|3|--S|1|--D|64|--block-m|192|--block-n|128"
+  "fp16_B1_H2_S385_D64_causal_tile192x64|--dtype|fp16|--B|1|--H|2|--S|385|--D|64|--causal|--block-m|192|--block-n|64")
+foreach(entry ${phase7_192_shapes})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts name)
+  foreach(impl cpu cuda)
+    fa_add_check_test(NAME phase7_${impl}_step4_${name} LABEL phase7 BINARY phase7_hopper IMPL ${impl}
+                      ARGS --step 4 ${parts})
+  endforeach()
+endforeach()
 # The benchmark shape, every step (too large for the compute-sanitizer sweeps).
 foreach(D 64 128)
   fa_add_check_test(NAME phase7_cuda_bf16_B4_H16_S4096_D${D}_causal_tile128x128 LABEL phase7 BINARY phase7_hopper
@@ -37,6 +53,9 @@ fa_add_bad_input_test(NAME phase7_bad_fp32 LABEL phase7 BINARY phase7_hopper ARG
 fa_add_bad_input_test(NAME phase7_bad_tiles LABEL phase7 BINARY phase7_hopper
                       ARGS --impl cuda --dtype fp16 --step 3 --S 64 --D 64 --block-m 64 --block-n 64)
 fa_add_bad_input_test(NAME phase7_bad_step LABEL phase7 BINARY phase7_hopper ARGS --dtype fp16 --step 7 --S 64 --D 64)
+# 192-row tiles exist at D = 64 only: no step 4 kernel has them at D = 128.
+fa_add_bad_input_test(NAME phase7_bad_tiles_192_d128 LABEL phase7 BINARY phase7_hopper
+                      ARGS --impl cuda --dtype bf16 --step 4 --S 64 --D 128 --block-m 192 --block-n 128)
 
 # The LSE at large logits (q, k ~ 8 * randn): every step by the half-precision rule, several seeds and shapes (C only;
 # built where the kernels are, exits 77 without a Hopper GPU).

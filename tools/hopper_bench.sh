@@ -58,7 +58,7 @@ LOG="$LOGDIR/hopper-bench.log"
 # and D=64 for step 4b (128x128) beside steps 4c and 4d (192x128, tiles only they have).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
-METRICS="smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+METRICS="smsp__inst_executed.sum,gpu__time_duration.sum"
 : > "$SUMMARY"
 # name kernel step D BLOCK_M BLOCK_N
 for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized 3 128 128 128" \
@@ -73,7 +73,7 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
         --block-n $6 --check-heads 1 --warmup 0 --iters 1 > "$out" 2>&1
     echo "== step $1 ($2, D=$4, $5x$6)" >> "$SUMMARY"
     grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
-Warp Cycles Per Issued|smsp__inst_executed.sum|gmma_cycles_active|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
+Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
 done
 # The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
 # step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.
