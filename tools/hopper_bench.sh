@@ -6,7 +6,7 @@
 #
 # Shapes: B=4 H=16 S=4096 and B=1 H=16 S=16384; D=64 and 128; causal and not; bf16 and fp16. Tiles: 128x64 (phase 5
 # step 3 has no larger one; phase 7's steps at 128x64 too), 128x128 (phase 7 only) and, at D=64, 192x128 (steps 4c
-# and 4d, three consumer warpgroups). Medians of 10 runs after 2.
+# to 4e, three consumer warpgroups). Medians of 10 runs after 2.
 set -uo pipefail
 BIN=${1:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
 LOGDIR=${2:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
@@ -21,7 +21,7 @@ LOG="$LOGDIR/hopper-bench.log"
         "$BIN/phase7_hopper" --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8 \
             --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
     }
-    step4() {   # step4 DTYPE B H S D CAUSAL: 192-row tiles (D = 64; --step 4 runs 4c and 4d, 4 to 4b are left out)
+    step4() {   # step4 DTYPE B H S D CAUSAL: 192-row tiles (D = 64; --step 4 runs 4c to 4e, 4 to 4b are left out)
         echo "\$ phase7_hopper --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 --block-n 128"
         "$BIN/phase7_hopper" --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 \
             --block-n 128 --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
@@ -31,7 +31,8 @@ LOG="$LOGDIR/hopper-bench.log"
         run $dtype 4 16 4096 $D "$causal" 128 128
         [ $D = 64 ] && step4 $dtype 4 16 4096 $D "$causal"
     done; done; done
-    # The longer shape: the oracle's float64 head costs more than every GPU row together, so only D = 128.
+    # The longer shape: the oracle's float64 head costs more than every GPU row together, so only D = 128 (every
+    # step) and D = 64 with 192-row tiles (steps 4c to 4e).
     for dtype in bf16 fp16; do for causal in "" --causal; do
         run $dtype 1 16 16384 128 "$causal" 128 128
         step4 $dtype 1 16 16384 64 "$causal"
@@ -54,8 +55,8 @@ LOG="$LOGDIR/hopper-bench.log"
     cut -d, -f2,6-11,17,19 "$LOGDIR/hopper-pytorch.csv" | sed 's/^/  pytorch: /'
 } > "$LOG" 2>&1
 
-# The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d),
-# and D=64 for step 4b (128x128) beside steps 4c and 4d (192x128, tiles only they have).
+# The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
+# 4e), and D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
 METRICS="smsp__inst_executed.sum,gpu__time_duration.sum"
@@ -63,8 +64,9 @@ METRICS="smsp__inst_executed.sum,gpu__time_duration.sum"
 # name kernel step D BLOCK_M BLOCK_N
 for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized 3 128 128 128" \
                "4 pingpong 4 128 128 128" "4a wide_wgmma 4 128 128 128" "4b exp2_ftz 4 128 128 128" \
-               "4d split_barriers 4 128 128 128" "5 overlap 5 128 128 128" "4b-d64 exp2_ftz 4 64 128 128" \
-               "4c-d64 three_consumers 4 64 192 128" "4d-d64 split_barriers 4 64 192 128"; do
+               "4d split_barriers 4 128 128 128" "4e overlap_in_turn 4 128 128 128" "5 overlap 5 128 128 128" \
+               "4b-d64 exp2_ftz 4 64 128 128" "4c-d64 three_consumers 4 64 192 128" \
+               "4d-d64 split_barriers 4 64 192 128" "4e-d64 overlap_in_turn 4 64 192 128"; do
     set -- $profile
     out="$LOGDIR/hopper-ncu-step$1.txt"
     "$NCU" --clock-control none -k "regex:flash_forward_${2}_kernel" --launch-count 1 --section SpeedOfLight \
