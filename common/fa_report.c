@@ -126,6 +126,21 @@ const char *fa_simd_hot_loops(void) {
     return fa_cpu_simd_built();
 }
 
+int fa_simd_vector_floats(void) {
+#if FA_SIMD_HAVE_CLONES
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return 16;
+    if (__builtin_cpu_supports("fma")) return 8;
+#endif
+#if defined(__AVX512F__)
+    return 16;
+#elif defined(__AVX__)
+    return 8;
+#else
+    return 4;
+#endif
+}
+
 // The vector extensions this CPU offers, from the flags line of /proc/cpuinfo: the ones that set the float32 width.
 const char *fa_cpu_simd_offered(void) {
     static char offered[96] = "";

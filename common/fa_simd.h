@@ -48,6 +48,9 @@ extern "C" {
 // The version of every FA_SIMD_CLONES function that runs on this CPU, e.g. "AVX-512F (512-bit, FMA)", picked as the
 // loader picks it (the widest the CPU has). Without multiversioning: the build's baseline.
 const char *fa_simd_hot_loops(void);
+// The floats in one vector of that version: 16 (AVX-512), 8 (AVX2 with FMA) or 4 (SSE2, NEON). A kernel whose tile
+// is sized in vector registers picks its tile from it (phase 5 step 1's micro-kernel rows).
+int fa_simd_vector_floats(void);
 
 #ifdef __cplusplus
 }
