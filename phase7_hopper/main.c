@@ -119,7 +119,7 @@ typedef struct {
     const char *cuda_tiles_text;
 } row_kind;
 
-// Which tiles each row's kernels have (only step 4c's depend on D).
+// Which tiles each row's kernels have (only those of steps 4c to 4e depend on D).
 static int baseline_tiles(int64_t D, int block_m, int block_n) {
     (void)D;
     return tc_cuda_supports_tiles(block_m, block_n);
