@@ -117,21 +117,28 @@ const char *fa_cpu_simd_built(void) {
 
 // The version of the FA_SIMD_CLONES functions (the CPU kernels' hot loops) that this CPU runs: the loader takes the
 // first of the clones' instruction sets (fa_simd.h) that the CPU has, in this order.
-const char *fa_simd_hot_loops(void) {
-#if FA_SIMD_HAVE_CLONES
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return "AVX-512F (512-bit, FMA)";
-    if (__builtin_cpu_supports("fma")) return "AVX + FMA (256-bit)";
-#endif
-    return fa_cpu_simd_built();
-}
-
-int fa_simd_vector_floats(void) {
+// The floats in a vector of the clone the loader picks (16 for "avx512f", 8 for "fma"); 0 when it picks "default"
+// or the build has no clones.
+static int cloned_vector_floats(void) {
 #if FA_SIMD_HAVE_CLONES
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return 16;
     if (__builtin_cpu_supports("fma")) return 8;
 #endif
+    return 0;
+}
+
+const char *fa_simd_hot_loops(void) {
+    switch (cloned_vector_floats()) {
+    case 16: return "AVX-512F (512-bit, FMA)";
+    case 8: return "AVX + FMA (256-bit)";
+    default: return fa_cpu_simd_built();
+    }
+}
+
+int fa_simd_vector_floats(void) {
+    const int cloned = cloned_vector_floats();
+    if (cloned) return cloned;
 #if defined(__AVX512F__)
     return 16;
 #elif defined(__AVX__)

@@ -3,8 +3,8 @@
 // fp16 or bf16 inputs.
 //
 // What it changes against step 4 (phase7_hopper/4_pingpong_cuda.cu):
-//   - issue_scores and issue_values call wgmma_m64n128k16 (wgmma.cuh) when the product has 128 columns, through
-//     wgmma_ss / wgmma_rs, which pick the width from the tile: half the wgmma instructions and descriptors, and
+//   - issue_scores and issue_values call wgmma_m64n128k16 when the product has 128 columns, through wgmma_ss /
+//     wgmma_rs (wgmma.cuh), which pick the width from the tile: half the wgmma instructions and descriptors, and
 //     S = Q K^T reads Q's 64 x 16 slice from shared memory once for 128 keys instead of twice (wgmma.cuh works out
 //     the bytes a clock). Chapter 09 measures what that is worth: fewer instructions, the same time.
 //   - nothing else: the same tiles, turns, softmax and rounding points; at 64 x 64 products (BLOCK_N = 64, D = 64)
@@ -101,18 +101,6 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
                         (int)h, (int)b, &kv_landed[buffer]);
         }
     }
-}
-
-// One wgmma of COLUMNS output columns (64 or 128): d points at the first of its COLUMNS / 8 accumulator fragments.
-template <int COLUMNS, typename T>
-__device__ __forceinline__ void wgmma_ss(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, type);
-    else wgmma_m64n64k16_ss(d, desc_a, desc_b, type);
-}
-template <int COLUMNS, typename T>
-__device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_rs(d, a, desc_b, type);
-    else wgmma_m64n64k16_rs(d, a, desc_b, type);
 }
 
 // --- One tile's three stages, for one consumer warpgroup ---------------------------------------------------------

@@ -110,18 +110,6 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
     }
 }
 
-// One wgmma of COLUMNS output columns (64 or 128): d points at the first of its COLUMNS / 8 accumulator fragments.
-template <int COLUMNS, typename T>
-__device__ __forceinline__ void wgmma_ss(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, type);
-    else wgmma_m64n64k16_ss(d, desc_a, desc_b, type);
-}
-template <int COLUMNS, typename T>
-__device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_rs(d, a, desc_b, type);
-    else wgmma_m64n64k16_rs(d, a, desc_b, type);
-}
-
 // --- One tile's three stages, for one consumer warpgroup ---------------------------------------------------------
 // S = Q K^T, 64 rows x BLOCK_N keys: s[kb] is this lane's accumulator fragment of keys 8kb .. 8kb + 7, the layout of
 // phase 5 (wgmma.cuh). One wgmma covers all BLOCK_N keys (64 or 128) and 16 dimensions; A (Q) and B (K, stored

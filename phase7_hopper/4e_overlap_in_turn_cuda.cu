@@ -118,18 +118,6 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
     }
 }
 
-// One wgmma of COLUMNS output columns (64 or 128): d points at the first of its COLUMNS / 8 accumulator fragments.
-template <int COLUMNS, typename T>
-__device__ __forceinline__ void wgmma_ss(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, type);
-    else wgmma_m64n64k16_ss(d, desc_a, desc_b, type);
-}
-template <int COLUMNS, typename T>
-__device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_rs(d, a, desc_b, type);
-    else wgmma_m64n64k16_rs(d, a, desc_b, type);
-}
-
 // --- One tile's three stages, for one consumer warpgroup ---------------------------------------------------------
 // S = Q K^T, 64 rows x BLOCK_N keys: s[kb] is this lane's accumulator fragment of keys 8kb .. 8kb + 7, the layout of
 // phase 5 (wgmma.cuh). One wgmma covers all BLOCK_N keys (64 or 128) and 16 dimensions; A (Q) and B (K, stored
@@ -170,9 +158,9 @@ __device__ __forceinline__ void issue_values(float o_acc[][4], uint32_t p_frag[]
 // before this tile's P V is added, and s becomes P in float32, in place (l_i sums it unrounded; pack_p rounds it to
 // T later). The lane's rows are row_g and row_g + 8; a row's BLOCK_N scores are spread over the 4 lanes of a quad.
 template <typename T, int BLOCK_N>
-__device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l_i[2], int max_tile[2], float2 *max_copies, int warp, int lane, float alpha[2],
-                                             int stage, int64_t k_start, int64_t row_g, int64_t S_k, float qk_scale,
-                                             int t) {
+__device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l_i[2], int max_tile[2],
+                                             float2 *max_copies, int warp, int lane, float alpha[2], int stage,
+                                             int64_t k_start, int64_t row_g, int64_t S_k, float qk_scale, int t) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;
     // Mask: keys past the last one a row may see (S_k; on a diagonal tile, the row itself) get -INFINITY. Only the
     // diagonal tiles and the last tile have any (a test uniform over the block). The scores stay raw.

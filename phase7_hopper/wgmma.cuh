@@ -269,4 +269,18 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float d[16][4], const uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
+
+// One wgmma of COLUMNS output columns, 64 or 128 (steps 4a on: all of a 128-key tile, or all of D, in one
+// instruction): d points at the first of its COLUMNS / 8 accumulator fragments.
+template <int COLUMNS, typename T>
+__device__ __forceinline__ void wgmma_ss(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
+    if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, type);
+    else wgmma_m64n64k16_ss(d, desc_a, desc_b, type);
+}
+template <int COLUMNS, typename T>
+__device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint64_t desc_b, T type) {
+    if constexpr (COLUMNS == 128) wgmma_m64n128k16_rs(d, a, desc_b, type);
+    else wgmma_m64n64k16_rs(d, a, desc_b, type);
+}
+
 #endif

@@ -8,6 +8,9 @@
                                               saved outputs of phases 2-4 where they are built
     check_tools.py headline TOOLS BUILD OUT   headline_tables.py on a log of the headline commands (run small, on the
                                               CPU, their rows relabelled cuda): the tables hold the log's numbers
+    check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
+                                              log row's number found in its table; a log lacking rows, or holding a
+                                              failed check, refused with one "error:" line
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
@@ -237,12 +240,41 @@ def check_headline(tools, build, out):
            f"a log without phase 4: exit {proc.returncode}, stderr {proc.stderr.strip()}")
 
 
+def check_hopper(tools, root, out):
+    """hopper_tables.py reads chapter 09's tables off the committed log of tools/hopper_bench.sh."""
+    script, log = os.path.join(tools, "hopper_tables.py"), os.path.join(root, "docs", "figures", "h100-phase7-bench.log")
+    for table in ("forward", "long", "backward", "ncu-d128", "ncu-d64"):
+        proc = subprocess.run([sys.executable, script, log, "--table", table], capture_output=True, text=True)
+        expect(proc.returncode == 0 and proc.stdout.startswith("|"), f"--table {table}: exit {proc.returncode}")
+    # A step 4e row of the log (the first 192 x 128 run) is in the forward table, as the log prints it in GFLOP/s.
+    lines = open(log).read().split("\n")
+    start = next(i for i, line in enumerate(lines) if "--block-m 192" in line and "--S 4096" in line)
+    row = next(line for line in lines[start:] if line.startswith("  step 4e overlap in turn") and " cuda " in line)
+    gflops = re.search(r"cuda\s+-\s+[\d.]+\s+[\d.]+\s+([\d.]+)", row).group(1)   # median ms, min ms, GFLOP/s
+    tflops = f"{float(gflops) / 1000:.1f}"
+    proc = subprocess.run([sys.executable, script, log, "--table", "forward"], capture_output=True, text=True)
+    expect(f"| step 4e, 192 x 128 | {tflops} |" in proc.stdout, f"step 4e's {tflops} TFLOP/s not in the forward table")
+    fresh(out)
+    for name, keep in (("truncated.log", lambda line: "--block-m 192" not in line), ("failed.log", None)):
+        path = os.path.join(out, name)
+        with open(path, "w") as f:
+            for line in lines:
+                if keep is None or keep(line):
+                    f.write(line + "\n")
+            if keep is None:
+                f.write("  step 4e overlap in turn bf16 cuda  O   1.0e-01  1.0e-01   1.0e-03   (0,0,0,0)   FAIL\n")
+        proc = subprocess.run([sys.executable, script, path, "--table", "forward"], capture_output=True, text=True)
+        expect(proc.returncode in (1, 2) and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
+               f"{name}: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+
+
 def main(argv):
-    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline"):
+    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline", "hopper"):
         print(__doc__)
         return 2
     what, tools, second, out = argv
-    {"bench": check_bench, "plots": check_plots, "npy": check_npy, "headline": check_headline}[what](tools, second, out)
+    {"bench": check_bench, "plots": check_plots, "npy": check_npy, "headline": check_headline,
+     "hopper": check_hopper}[what](tools, second, out)
     print(f"{len(failures)} failure(s)" if failures else "PASSED")
     return 1 if failures else 0
 

@@ -30,11 +30,18 @@ add_test(NAME tools_headline_tables
          COMMAND ${Python3_EXECUTABLE} ${tools_checker} headline ${tools_dir} ${CMAKE_BINARY_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_headline_tables)
 
+# hopper_tables.py on the committed phase 7 log: chapter 09's tables (no GPU needed: the log is the input).
+add_test(NAME tools_hopper_tables
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} hopper ${tools_dir} ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tools_hopper_tables)
+set_tests_properties(tools_hopper_tables PROPERTIES LABELS "tools;cpu")
+
 # The scripts compile (pytorch_compare.py cannot run here: no PyTorch, no GPU).
 add_test(NAME tools_py_compile
          COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
                  ${tools_dir}/bench.py ${tools_dir}/plot_bench.py ${tools_dir}/pytorch_compare.py
-                 ${tools_dir}/headline_tables.py ${tools_dir}/ncu_tables.py ${tools_dir}/log_excerpt.py
+                 ${tools_dir}/headline_tables.py ${tools_dir}/hopper_tables.py ${tools_dir}/ncu_tables.py
+                 ${tools_dir}/log_excerpt.py
                  ${tools_dir}/kernel_rules.py ${tools_dir}/plot_concepts.py ${tools_dir}/plot_tile_maps.py
                  ${tools_dir}/plot_tensor_core_maps.py ${tools_checker})
 

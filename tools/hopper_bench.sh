@@ -22,7 +22,8 @@ LOG="$LOGDIR/hopper-bench.log"
             --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
     }
     step4() {   # step4 DTYPE B H S D CAUSAL: 192-row tiles (D = 64; --step 4 runs 4c to 4e, 4 to 4b are left out)
-        echo "\$ phase7_hopper --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 --block-n 128"
+        echo "\$ phase7_hopper --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192" \
+             "--block-n 128"
         "$BIN/phase7_hopper" --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 \
             --block-n 128 --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
     }

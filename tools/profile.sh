@@ -2,8 +2,8 @@
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
 # step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
 # bf16, non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3i (chapter 06) and step 4's and step 4b's backward
-# kernels, dK/dV and dQ, and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three float32 kernels at
-# the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per kernel and D in LOGDIR
+# kernels, dK/dV and dQ, and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three
+# float32 kernels at the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per kernel and D in LOGDIR
 # (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by side.
 #
 # What is read, and why (docs/06-tensor-cores.md explains each):

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""hopper_tables.py - chapter 09's tables, read off tools/hopper_bench.sh's log and profiler summary.
+
+    python3 tools/hopper_tables.py LOG --table NAME     one table, as chapter 09's generated block holds it
+
+NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
+backward (step 6 beside phase 5 step 4 and PyTorch's backwards), ncu-d128 and ncu-d64 (Nsight Compute, from the
+summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log).
+The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
+what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
+number is one the phase 7 binary, tools/pytorch_compare.py or ncu printed. Standard library only. Exit status: 0
+printed, 1 a check in the log failed, 2 the log lacks a row a table needs (one "error:" line).
+"""
+import os
+import re
+import sys
+
+COMMAND = re.compile(r"^\$ phase7_hopper (.*)$")
+ROW = re.compile(r"^  (?P<label>\S.*?) (?:bf16|fp16)\s+(?:yes|no)\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+(?P<gflops>[\d.]+)")
+# "  pytorch: sdpa cudnn backward bf16,4,16,4096,4096,64,1,0.537,412345.6" (step,B,H,Sq,Sk,D,causal,ms,GFLOP/s)
+TORCH = re.compile(r"^  pytorch: sdpa (?P<backend>flash|cudnn)(?P<bwd> backward)? (?P<dtype>\w+),\d+,\d+,(?P<S>\d+),\d+,"
+                   r"(?P<D>\d+),(?P<causal>[01]),[\d.]+,(?P<gflops>[\d.]+)")
+SHAPES = ((64, False), (64, True), (128, False), (128, True))
+HEADER = "| | D=64 | D=64 causal | D=128 | D=128 causal |\n|---|---|---|---|---|"
+
+
+def die(message, status=2):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def flags(text):
+    words, out = text.split(), {}
+    for i, w in enumerate(words):
+        if w.startswith("--"):
+            out[w] = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else ""
+    return out
+
+
+def read_log(path):
+    """{(dtype, S, D, causal, tiles, label): TFLOP/s} for the GPU rows, {(backend, backward, dtype, S, D, causal):
+    TFLOP/s} for PyTorch's."""
+    rows, torch, run = {}, {}, None
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if "FAIL" in line:
+                die(f"{path}: a check failed: {line.strip()}", 1)
+            m = COMMAND.match(line)
+            if m:
+                fl = flags(m.group(1))
+                run = (fl["--dtype"], int(fl["--S"]), int(fl["--D"]), "--causal" in fl,
+                       f"{fl.get('--block-m', '64')}x{fl.get('--block-n', '64')}")
+                continue
+            m = ROW.match(line)
+            if m and run:
+                rows[run + (m.group("label"),)] = float(m.group("gflops")) / 1000
+                continue
+            m = TORCH.match(line)
+            if m:
+                key = (m.group("backend"), bool(m.group("bwd")), m.group("dtype"), int(m.group("S")), int(m.group("D")),
+                       m.group("causal") == "1")
+                torch[key] = float(m.group("gflops")) / 1000
+    return rows, torch
+
+
+def cell(table, key):
+    if key not in table:
+        die(f"the log has no row {key}")
+    return f"{table[key]:.1f}"
+
+
+def table_forward(rows, torch):
+    lines = [HEADER]
+    steps = [("phase 5 step 3 (mma.sync)", "phase 5 step 3", "128x64"), ("step 1 wgmma", "step 1 wgmma", "128x128"),
+             ("step 2 TMA", "step 2 tma", "128x128"), ("step 3 warp roles", "step 3 warp roles", "128x128"),
+             ("step 4 ping-pong", "step 4 ping-pong", "128x128"), ("step 4a wide wgmma", "step 4a wide wgmma", "128x128"),
+             ("step 4b exp2 ftz", "step 4b exp2 ftz", "128x128"),
+             ("step 4c three consumers (two at 128 x 128)", "step 4c three consumers", "128x128"),
+             ("step 4c, 192 x 128", "step 4c three consumers", "192x128"),
+             ("step 4d split barriers", "step 4d split barriers", "128x128"),
+             ("step 4d, 192 x 128", "step 4d split barriers", "192x128"),
+             ("step 4e overlap in turn", "step 4e overlap in turn", "128x128"),
+             ("step 4e, 192 x 128", "step 4e overlap in turn", "192x128"),
+             ("step 5 overlap", "step 5 overlap", "128x128")]
+    for name, label, tiles in steps:
+        shapes = [s for s in SHAPES if tiles != "192x128" or s[0] == 64]   # 192-row tiles exist at D = 64 only
+        cells = [cell(rows, ("bf16", 4096, D, c, tiles, label)) for D, c in shapes]
+        lines.append(f"| {name} | " + " | ".join(cells + [""] * (4 - len(cells))) + " |")
+    for name, backend in (("PyTorch FLASH (FlashAttention-2)", "flash"), ("PyTorch cuDNN", "cudnn")):
+        lines.append(f"| {name} | " + " | ".join(cell(torch, (backend, False, "bf16", 4096, D, c)) for D, c in SHAPES)
+                     + " |")
+    return "\n".join(lines)
+
+
+def best_tiles(D):
+    return "192x128" if D == 64 else "128x128"   # step 4e's fastest tiles at each D
+
+
+def table_long(rows, torch):
+    lines = ["| S = 16384 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    for dtype in ("bf16", "fp16"):
+        lines.append(f"| step 4e, {dtype} | " + " | ".join(
+            cell(rows, (dtype, 16384, D, c, best_tiles(D), "step 4e overlap in turn")) for D, c in SHAPES) + " |")
+        lines.append(f"| PyTorch cuDNN, {dtype} | " + " | ".join(
+            cell(torch, ("cudnn", False, dtype, 16384, D, c)) for D, c in SHAPES) + " |")
+    return "\n".join(lines)
+
+
+def table_backward(rows, torch):
+    lines = ["| backward | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    for name, label in (("phase 5 step 4, deterministic dQ", "p5 step 4 bwd det"),
+                        ("step 6 wgmma, deterministic dQ", "step 6 bwd det"), ("step 6 wgmma, atomic dQ", "step 6 bwd atomic")):
+        lines.append(f"| {name} | " + " | ".join(cell(rows, ("bf16", 4096, D, c, "64x64", label)) for D, c in SHAPES)
+                     + " |")
+    for name, backend in (("PyTorch FLASH (FlashAttention-2)", "flash"), ("PyTorch cuDNN", "cudnn")):
+        lines.append(f"| {name} | " + " | ".join(cell(torch, (backend, True, "bf16", 4096, D, c)) for D, c in SHAPES)
+                     + " |")
+    return "\n".join(lines)
+
+
+def read_ncu(path):
+    """{profile name: {'duration': '1.10 ms', 'instructions': '515058937', ...}} from hopper_bench.sh's summary."""
+    profiles, name = {}, None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^== step (\S+) ", line)
+            if m:
+                name = m.group(1)
+                profiles[name] = {}
+                continue
+            fields = line.split()
+            if name is None or not fields:
+                continue
+            p = profiles[name]
+            if fields[0] == "smsp__inst_executed.sum":
+                p["instructions"] = fields[2].replace(",", "")
+            elif fields[0] == "Duration":
+                p["duration"] = f"{fields[2]} {fields[1]}"
+            elif line.startswith(" Compute (SM) Throughput"):
+                p["sm"] = fields[-1] + "%"
+            elif line.startswith(" No Eligible"):
+                p["no_eligible"] = fields[-1] + "%"
+            elif line.startswith(" Registers Per Thread"):
+                p["registers"] = fields[-1]
+    return profiles
+
+
+def table_ncu(profiles, names):
+    lines = ["| step | duration | instructions | SM throughput | no eligible warp | registers at entry |",
+             "|---|---|---|---|---|---|"]
+    for name, profile in names:
+        if profile not in profiles or len(profiles[profile]) < 5:
+            die(f"the profiler summary has no complete report for step {profile}")
+        p = profiles[profile]
+        lines.append(f"| {name} | {p['duration']} | {p['instructions']} | {p['sm']} | {p['no_eligible']} | "
+                     f"{p['registers']} |")
+    return "\n".join(lines)
+
+
+NCU_D128 = [("1 wgmma", "1"), ("2 TMA", "2"), ("3 warp roles", "3"), ("4 ping-pong", "4"), ("4a wide wgmma", "4a"),
+            ("4b exp2 ftz", "4b"), ("4d split barriers", "4d"), ("4e overlap in turn", "4e"), ("5 overlap", "5")]
+NCU_D64 = [("4b exp2 ftz, 128 x 128", "4b-d64"), ("4c three consumers, 192 x 128", "4c-d64"),
+           ("4d split barriers, 192 x 128", "4d-d64"), ("4e overlap in turn, 192 x 128", "4e-d64")]
+
+
+def ncu_summary_path(log):
+    folder, name = os.path.split(log)
+    return os.path.join(folder, "h100-phase7-ncu-summary.txt" if name == "h100-phase7-bench.log"
+                        else "hopper-ncu-summary.txt")
+
+
+def main(argv):
+    if len(argv) != 4 or argv[2] != "--table" or argv[3] not in ("forward", "long", "backward", "ncu-d128", "ncu-d64"):
+        die("usage: hopper_tables.py LOG --table forward|long|backward|ncu-d128|ncu-d64")
+    log, name = argv[1], argv[3]
+    if not os.path.isfile(log):
+        die(f"{log}: no such file")
+    if name.startswith("ncu"):
+        profiles = read_ncu(ncu_summary_path(log))
+        print(table_ncu(profiles, NCU_D128 if name == "ncu-d128" else NCU_D64))
+        return 0
+    rows, torch = read_log(log)
+    print({"forward": table_forward, "long": table_long, "backward": table_backward}[name](rows, torch))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
