@@ -64,11 +64,35 @@ __device__ __forceinline__ void tma_load_4d(void *destination, const CUtensorMap
                  : "memory");
 }
 
-// --- The host side: a [B, H, S, D] half tensor with its strides, described as TMA boxes of 64 x box_rows ---------
+// The other direction, and a reduction on the way (step 6a's dQ): the engine reads one box out of shared memory and
+// ADDS it, element by element, into the 4D float32 tensor of the map, at L2 (the tensor map's data type says float32,
+// the instruction says add). Rows past the end of the tensor are left alone. The read of shared memory, and the adds,
+// finish later: the issuing thread groups its reduce-adds (bulk_commit) and waits on the groups (bulk_wait_read: the
+// box may be overwritten; bulk_wait: the adds are done). Before the issue, every thread that wrote the box fences
+// its stores into the async proxy (fence_proxy_async, wgmma.cuh) and a barrier follows, as for wgmma.
+__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap *map, const void *source, int d0, int s0, int h,
+                                                  int b) {
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(d0), "r"(s0), "r"(h), "r"(b), "r"(smem_address(source))
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// At most N groups of this thread still reading shared memory.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// At most N groups of this thread not yet complete (their adds done).
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// --- The host side: a [B, H, S, D] tensor with its strides, described as TMA boxes of box_columns x box_rows -------
 // The driver API's cuTensorMapEncodeTiled, found through the runtime (cudaGetDriverEntryPointByVersion), so the
-// build links no extra library.
-static inline CUtensorMap make_tensor_map(const void *base, fa_strides strides, const fa_shape *shape, int64_t S,
-                                          int box_rows) {
+// build links no extra library. Boxes land in (or leave) shared memory in the 128-byte swizzle, so a box row is at
+// most 128 bytes: 64 halves, or 32 floats.
+static inline CUtensorMap encode_tensor_map(const void *base, CUtensorMapDataType type, int element_bytes,
+                                            fa_strides strides, const fa_shape *shape, int64_t S, int box_columns,
+                                            int box_rows) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult found;
@@ -79,15 +103,28 @@ static inline CUtensorMap make_tensor_map(const void *base, fa_strides strides, 
     }
     const cuuint64_t dims[4] = {(cuuint64_t)shape->D, (cuuint64_t)S, (cuuint64_t)shape->H, (cuuint64_t)shape->B};
     // Strides in bytes of dimensions 1..3 (dimension 0, d, is contiguous); TMA needs them multiples of 16.
-    const cuuint64_t byte_strides[3] = {(cuuint64_t)strides.s * 2, (cuuint64_t)strides.h * 2, (cuuint64_t)strides.b * 2};
-    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1}, element_strides[4] = {1, 1, 1, 1};
+    const cuuint64_t byte_strides[3] = {(cuuint64_t)(strides.s * element_bytes),
+                                        (cuuint64_t)(strides.h * element_bytes),
+                                        (cuuint64_t)(strides.b * element_bytes)};
+    const cuuint32_t box[4] = {(cuuint32_t)box_columns, (cuuint32_t)box_rows, 1, 1}, element_strides[4] = {1, 1, 1, 1};
     CUtensorMap map;
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void *>(base), dims, byte_strides,
+    const CUresult r = encode(&map, type, 4, const_cast<void *>(base), dims, byte_strides,
                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         fa_die("cuTensorMapEncodeTiled refused the tensor (error %d): TMA needs 16-byte aligned rows and strides", (int)r);
     return map;
+}
+
+// A half tensor (Q, K, V) in boxes of 64 x box_rows: what the forward's and the backward's loads read.
+static inline CUtensorMap make_tensor_map(const void *base, fa_strides strides, const fa_shape *shape, int64_t S,
+                                          int box_rows) {
+    return encode_tensor_map(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, strides, shape, S, 64, box_rows);
+}
+// A float32 tensor (dQ) in boxes of box_columns x box_rows.
+static inline CUtensorMap make_float_tensor_map(float *base, fa_strides strides, const fa_shape *shape, int64_t S,
+                                                int box_columns, int box_rows) {
+    return encode_tensor_map(base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, strides, shape, S, box_columns, box_rows);
 }
 
 #endif

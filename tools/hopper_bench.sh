@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/hopper_bench.sh BINDIR LOGDIR - phase 7's ablation on a Hopper GPU: every forward step of phase 7 beside
-# phase 5 step 3, and step 6 (the backward) beside phase 5 step 4, and PyTorch's FlashAttention-2 and cuDNN backends
+# phase 5 step 3, and steps 6 and 6a (the backward) beside phase 5 step 4, and PyTorch's FlashAttention-2 and cuDNN
+# backends
 # (forward and backward), in one run on one GPU; then Nsight Compute on one launch of each forward step's kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's table is read off it)
 # and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
 #
@@ -19,13 +20,13 @@ LOG="$LOGDIR/hopper-bench.log"
     run() {   # run DTYPE B H S D CAUSAL BLOCK_M BLOCK_N
         echo "\$ phase7_hopper --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8"
         "$BIN/phase7_hopper" --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8 \
-            --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
+            --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |cuda d[QKV] |FAIL|error"
     }
     step4() {   # step4 DTYPE B H S D CAUSAL: 192-row tiles (D = 64; --step 4 runs 4c to 4e, 4 to 4b are left out)
         echo "\$ phase7_hopper --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192" \
              "--block-n 128"
         "$BIN/phase7_hopper" --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 \
-            --block-n 128 --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
+            --block-n 128 --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |cuda d[QKV] |FAIL|error"
     }
     for dtype in bf16 fp16; do for D in 64 128; do for causal in "" --causal; do
         run $dtype 4 16 4096 $D "$causal" 128 64
@@ -38,11 +39,12 @@ LOG="$LOGDIR/hopper-bench.log"
         run $dtype 1 16 16384 128 "$causal" 128 128
         step4 $dtype 1 16 16384 64 "$causal"
     done; done
-    # The backward (step 6 and phase 5 step 4, both dQ variants; 64 x 64 tiles, the only ones their kernels have).
+    # The backward (steps 6 and 6a and phase 5 step 4, both dQ variants, 6a atomic only; 64 x 64 tiles, the only ones
+    # their kernels have).
     backward() {   # backward DTYPE B H S D CAUSAL
         echo "\$ phase7_hopper --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6"
         "$BIN/phase7_hopper" --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 \
-            --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |FAIL|error"
+            --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |cuda d[QKV] |FAIL|error"
     }
     for dtype in bf16 fp16; do for D in 64 128; do for causal in "" --causal; do
         backward $dtype 4 16 4096 $D "$causal"
@@ -57,11 +59,21 @@ LOG="$LOGDIR/hopper-bench.log"
 } > "$LOG" 2>&1
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
-# 4e), and D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have).
+# 4e), D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have), and step 6a's backward.
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
 METRICS="smsp__inst_executed.sum,gpu__time_duration.sum"
 : > "$SUMMARY"
+profile() {   # profile OUT TITLE KERNEL_REGEX PHASE7_ARGS...: one launch of the kernel, and its lines in the summary
+    local out=$1 title=$2 regex=$3; shift 3
+    "$NCU" --clock-control none -k "regex:$regex" --launch-count 1 --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics "$METRICS" \
+        "$BIN/phase7_hopper" --impl cuda --dtype bf16 --B 4 --H 16 --S 4096 "$@" --check-heads 1 --warmup 0 \
+        --iters 1 > "$out" 2>&1
+    echo "== $title" >> "$SUMMARY"
+    grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
+Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
+}
 # name kernel step D BLOCK_M BLOCK_N
 for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized 3 128 128 128" \
                "4 pingpong 4 128 128 128" "4a wide_wgmma 4 128 128 128" "4b exp2_ftz 4 128 128 128" \
@@ -69,14 +81,13 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
                "4b-d64 exp2_ftz 4 64 128 128" "4c-d64 three_consumers 4 64 192 128" \
                "4d-d64 split_barriers 4 64 192 128" "4e-d64 overlap_in_turn 4 64 192 128"; do
     set -- $profile
-    out="$LOGDIR/hopper-ncu-step$1.txt"
-    "$NCU" --clock-control none -k "regex:flash_forward_${2}_kernel" --launch-count 1 --section SpeedOfLight \
-        --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics "$METRICS" \
-        "$BIN/phase7_hopper" --impl cuda --step $3 --dtype bf16 --B 4 --H 16 --S 4096 --D $4 --block-m $5 \
-        --block-n $6 --check-heads 1 --warmup 0 --iters 1 > "$out" 2>&1
-    echo "== step $1 ($2, D=$4, $5x$6)" >> "$SUMMARY"
-    grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
-Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
+    profile "$LOGDIR/hopper-ncu-step$1.txt" "step $1 ($2, D=$4, $5x$6)" "flash_forward_${2}_kernel" --step $3 --D $4 \
+        --block-m $5 --block-n $6
+done
+# The backward: step 6a's one kernel (dK, dV and dQ), at D = 128 and 64 (64 x 64 tiles, the only ones it has).
+for D in 128 64; do
+    profile "$LOGDIR/hopper-ncu-step6a-d$D.txt" "step 6a-d$D (backward_dkdv_dq, D=$D, 64x64)" backward_dkdv_dq_kernel \
+        --step 6 --dq atomic --D $D
 done
 # The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
 # step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.
