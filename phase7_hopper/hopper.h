@@ -18,7 +18,8 @@
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma;
-//   step 6a (6a_dq_by_tma_*): step 6 in one pass, dQ on wgmma and summed into global memory by the TMA.
+//   step 6a (6a_dq_by_tma_*): step 6 in one pass, dQ on wgmma and summed into global memory by the TMA;
+//   step 6b (6b_dq_beside_dkdv_*): step 6a with dQ's product queued behind dV's and dK's.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -121,6 +122,10 @@ void flash_backward_tma_dq_cuda(const fa_shape *shape, int dtype, int block_m, i
                                 const tc_backward_tensors *t);
 // Its shared memory is step 6's (flash_backward_wgmma_cuda_smem_bytes): a Q tile's float32 share of dQ takes the
 // place of the tile's Q and dO once their products are done.
+// Step 6b (6b_dq_beside_dkdv_cuda.cu): step 6a with dQ's wgmmas queued behind dV's and dK's, one wait for the three;
+// the same arguments, shared memory and atomic dQ only.
+void flash_backward_dq_beside_dkdv_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                        const tc_backward_tensors *t);
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.
 int hopper_cuda_check_device(char *why, size_t why_len);

@@ -84,10 +84,12 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
     profile "$LOGDIR/hopper-ncu-step$1.txt" "step $1 ($2, D=$4, $5x$6)" "flash_forward_${2}_kernel" --step $3 --D $4 \
         --block-m $5 --block-n $6
 done
-# The backward: step 6a's one kernel (dK, dV and dQ), at D = 128 and 64 (64 x 64 tiles, the only ones it has).
+# The backward: the one kernel (dK, dV and dQ) of steps 6a and 6b, at D = 128 and 64 (64 x 64 tiles, their only ones).
 for D in 128 64; do
     profile "$LOGDIR/hopper-ncu-step6a-d$D.txt" "step 6a-d$D (backward_dkdv_dq, D=$D, 64x64)" backward_dkdv_dq_kernel \
         --step 6 --dq atomic --D $D
+    profile "$LOGDIR/hopper-ncu-step6b-d$D.txt" "step 6b-d$D (backward_dq_beside_dkdv, D=$D, 64x64)" \
+        backward_dq_beside_dkdv_kernel --step 6 --dq atomic --D $D
 done
 # The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
 # step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.

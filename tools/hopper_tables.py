@@ -111,7 +111,8 @@ def table_backward(rows, torch):
     lines = ["| backward | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
     for name, label in (("phase 5 step 4, deterministic dQ", "p5 step 4 bwd det"),
                         ("step 6 wgmma, deterministic dQ", "step 6 bwd det"), ("step 6 wgmma, atomic dQ", "step 6 bwd atomic"),
-                        ("step 6a, dQ added by the TMA", "step 6a bwd atomic")):
+                        ("step 6a, dQ added by the TMA", "step 6a bwd atomic"),
+                        ("step 6b, dQ beside dK and dV", "step 6b bwd atomic")):
         lines.append(f"| {name} | " + " | ".join(cell(rows, ("bf16", 4096, D, c, "64x64", label)) for D, c in SHAPES)
                      + " |")
     for name, backend in (("PyTorch FLASH (FlashAttention-2)", "flash"), ("PyTorch cuDNN", "cudnn")):
