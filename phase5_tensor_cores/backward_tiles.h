@@ -1,7 +1,8 @@
 // backward_tiles.h - phase 5, step 4 on the CPU: what its two passes share (4_backward_dkdv_cpu.c, the dK/dV pass,
 // and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
-// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on.
-// 4_backward_cpu.c runs the preprocess and the two passes in order.
+// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on, in
+// a block sized for the CPU the program runs on (4 x 16 with AVX2, 8 x 32 with AVX-512). 4_backward_cpu.c runs the
+// preprocess and the two passes in order.
 #ifndef BACKWARD_TILES_H
 #define BACKWARD_TILES_H
 

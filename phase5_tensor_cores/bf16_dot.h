@@ -1,6 +1,7 @@
 // bf16_dot.h - phase 5, step 4's CPU twin with bf16 inputs: the products along d on AVX512_BF16 (vdpbf16ps), where the
 // CPU has it (bf16_dot.c). One instruction adds 16 pairs of exact bf16 products to 16 float32 sums: the CPU's nearest
 // thing to a tensor core's mma. Chosen at run time; everywhere else the float32 micro-kernel of backward_tiles.h runs.
+// It computes the AVX-512 block of that micro-kernel, 8 x 32, with 16 independent sums (BF16_DOT_ROWS says why).
 #ifndef BF16_DOT_H
 #define BF16_DOT_H
 
