@@ -8,8 +8,9 @@
 //   GPU's warps do: by keys (a warp owns 16 keys and computes S^T = K Q^T). So the CPU and the GPU round at the same
 //   points and agree to float32 differences (the order of the additions).
 //   And it is register-blocked as step 1 (phase5_tensor_cores/1_register_tiles_cpu.c), for the same reason: each
-//   product is computed ROWS keys x VEC columns at a time, in one of two micro-kernels named after the CUDA twin's two
-//   mma loops (backward_tiles.h): sums along d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T) and sums along the
+//   product is computed a block of keys x columns at a time, 4 x 16 with AVX2 and 8 x 32 with AVX-512 (sized for the
+//   CPU it runs on, block_rows()), in one of two micro-kernels named after the CUDA twin's two mma loops
+//   (backward_tiles.h): sums along d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T) and sums along the
 //   rows of a tile (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with
 //   AVX512_BF16, the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
 //   phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran).
@@ -27,8 +28,8 @@
 
 // One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
 FA_SIMD_CLONES
-static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
-                         const tc_backward_tensors *t, int atomic_dq, workspace *w) {
+static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int group, int64_t bh,
+                         int64_t k_start, const tc_backward_tensors *t, int atomic_dq, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
     const int64_t D_pad = w->D_pad;
     const float scale = shape->scale, qk_scale = scale * LOG2E;
@@ -40,7 +41,8 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
     float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
-    const int bf16_dot = bf16_dot_available(dtype);
+    const int bf16_dot = bf16_dot_available(dtype);   // then group is 8: bf16_dot_along_d's block
+    const int cols = block_cols(group);
 
     stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
     stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
@@ -69,26 +71,26 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
             w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
         }
 
-        // The warps' keys, ROWS at a time: keys c0 .. c0 + ROWS - 1 are ROWS rows of S^T = K Q^T and dP^T = V dO^T.
+        // The warps' keys, `group` at a time: keys c0 .. c0 + group - 1 are rows of S^T = K Q^T and dP^T = V dO^T.
         // The last group may run past the tile's keys: those rows of K and V are zeros, their P is 0 and their dK
         // and dV are never stored (as on the GPU).
-        for (int c0 = 0; c0 < keys; c0 += ROWS) {
-            float *s = w->s, *dp = w->dp;   // [ROWS][M_pad]
+        for (int c0 = 0; c0 < keys; c0 += group) {
+            float *s = w->s, *dp = w->dp;   // [group][M_pad]
             // 1. s_ci = K_c . Q_i and dp_ci = V_c . dO_i for every query i of the tile, float32 sums of exact
-            //    products (the first two mmas), VEC queries at a time.
-            for (int64_t i0 = 0; i0 < M_pad; i0 += VEC) {
+            //    products (the first two mmas), `cols` queries at a time.
+            for (int64_t i0 = 0; i0 < M_pad; i0 += cols) {
                 if (bf16_dot) {
                     bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s + i0, M_pad);
                     bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp + i0, M_pad);
                     continue;
                 }
-                along_d_micro_kernel(w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
-                along_d_micro_kernel(w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
+                along_d(group, w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
+                along_d(group, w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
             }
             // 2. P^T from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a query
             //    before the key), dS^T from the float32 P, and then both rounded to the half type: the A operands of
             //    dV's and dK's mmas. (Two loops: the first one vectorises, the rounding is a call per value.)
-            for (int r = 0; r < ROWS; r++) {
+            for (int r = 0; r < group; r++) {
                 const int64_t key = k_start + c0 + r;
                 // The queries that see this key: i_first .. i_end - 1 (none for a key past S_k).
                 const int64_t i_first = stage == TILE_DIAGONAL && key > q_start ? key - q_start : 0;
@@ -106,29 +108,28 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
                     dp_c[i] = fa_round_to_dtype(dp_c[i], dtype);
                 }
             }
-            // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci Q_i (the second and fourth mmas), ROWS keys x VEC
-            //    dims at a time.
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
-                along_rows_micro_kernel(s, M_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
-                along_rows_micro_kernel(dp, M_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
+            // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci Q_i (the second and fourth mmas), `group` keys x
+            //    `cols` dims at a time (the last block of dims may run past D, into D_pad's zeros).
+            for (int64_t d0 = 0; d0 < D; d0 += cols) {
+                along_rows(group, s, M_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
+                along_rows(group, dp, M_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
             }
             // The GPU's trip through shared memory: dS^T of every warp, read back as dS rows for dQ.
             if (atomic_dq)
-                for (int r = 0; r < ROWS; r++)
+                for (int r = 0; r < group; r++)
                     for (int64_t i = 0; i < M_pad; i++) w->ds_tile[i * N_pad + c0 + r] = dp[r * M_pad + i];
         }
 
         if (atomic_dq) {
-            // This tile's share of dQ: dQ_i += scale * sum_c dS_ic K_c (the fifth mma), ROWS queries at a time,
+            // This tile's share of dQ: dQ_i += scale * sum_c dS_ic K_c (the fifth mma), `group` queries at a time,
             // added atomically: other threads add into the same rows from their own K/V tiles, in an order that
             // changes from run to run. Queries past `rows` have dS = 0 and are never added.
             float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
-            for (int i0 = 0; i0 < rows; i0 += ROWS) {
-                for (int64_t x = 0; x < ROWS * D_pad; x++) w->dq_rows[x] = 0.0f;
-                for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
-                    along_rows_micro_kernel(w->ds_tile + i0 * N_pad, N_pad, keys, w->k_tile + d0, D_pad,
-                                            w->dq_rows + d0);
-                for (int r = 0; r < ROWS && i0 + r < rows; r++) {
+            for (int i0 = 0; i0 < rows; i0 += group) {
+                for (int64_t x = 0; x < group * D_pad; x++) w->dq_rows[x] = 0.0f;
+                for (int64_t d0 = 0; d0 < D; d0 += cols)
+                    along_rows(group, w->ds_tile + i0 * N_pad, N_pad, keys, w->k_tile + d0, D_pad, w->dq_rows + d0);
+                for (int r = 0; r < group && i0 + r < rows; r++) {
                     float *dq_i = dq + (q_start + i0 + r) * t->dq_strides.s;
                     for (int64_t d = 0; d < D; d++) {
 #pragma omp atomic update
@@ -152,6 +153,7 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
 void backward_tc_dkdv_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t,
                           int atomic_dq) {
     const int64_t BH = shape->B * shape->H, n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
+    const int group = block_rows(dtype);
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
@@ -160,7 +162,7 @@ void backward_tc_dkdv_cpu(const fa_shape *shape, int dtype, int block_m, int blo
 #pragma omp for collapse(2) schedule(dynamic)
         for (int64_t bh = 0; bh < BH; bh++)
             for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
-                dkdv_program(shape, dtype, block_m, block_n, bh, kv_tile * block_n, t, atomic_dq, &w);
+                dkdv_program(shape, dtype, block_m, block_n, group, bh, kv_tile * block_n, t, atomic_dq, &w);
         free(w.q_tile);   // the start of the one allocation
     }
 }

@@ -4,7 +4,8 @@
 //   dK/dV pass (4_backward_dkdv_cpu.c says where and why): S = Q K^T and dP = dO V^T are float32 sums of exact
 //   products of half values, dS is formed from the float32 P and rounded to the half type before dQ += dS K, as the
 //   GPU's mma takes it. The pass walks the problem by queries, as the forward does (a warp owns 16 queries), and is
-//   register-blocked ROWS queries x VEC columns at a time (the micro-kernels of backward_tiles.h). Every dQ_i is
+//   register-blocked 4 queries x 16 columns at a time with AVX2, 8 x 32 with AVX-512 (the micro-kernels of
+//   backward_tiles.h, block_rows()). Every dQ_i is
 //   summed by one program in one fixed order: the same bits on every run, whatever the number of threads.
 // CUDA twin: phase5_tensor_cores/4_backward_dq_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dq_cpu.c phase5_tensor_cores/4_backward_dq_cpu.c
@@ -19,8 +20,8 @@
 
 // One Q tile of one head: what one block of the deterministic dQ kernel does. Queries q_start .. + BLOCK_M - 1.
 FA_SIMD_CLONES
-static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t q_start,
-                       const tc_backward_tensors *t, workspace *w) {
+static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int group, int64_t bh,
+                       int64_t q_start, const tc_backward_tensors *t, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
     const int64_t D_pad = w->D_pad;
     const float scale = shape->scale, qk_scale = scale * LOG2E;
@@ -32,7 +33,8 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
     float *dq_acc = w->acc_a;
-    const int bf16_dot = bf16_dot_available(dtype);
+    const int bf16_dot = bf16_dot_available(dtype);   // then group is 8: bf16_dot_along_d's block
+    const int cols = block_cols(group);
 
     stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
     stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
@@ -58,23 +60,23 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
             bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_b, N_pad);
         }
 
-        // The warps' queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's
+        // The warps' queries, `group` at a time: `group` rows of S and of dP. The last group may run past the tile's
         // queries: those rows of Q and dO are zeros, their dS is 0 and their dQ is never stored.
-        for (int i0 = 0; i0 < rows; i0 += ROWS) {
-            float *s = w->s, *dp = w->dp;   // [ROWS][N_pad]
-            // S_ij = Q_i . K_j and dP_ij = dO_i . V_j, float32 sums of exact products, VEC keys at a time.
-            for (int64_t j0 = 0; j0 < N_pad; j0 += VEC) {
+        for (int i0 = 0; i0 < rows; i0 += group) {
+            float *s = w->s, *dp = w->dp;   // [group][N_pad]
+            // S_ij = Q_i . K_j and dP_ij = dO_i . V_j, float32 sums of exact products, `cols` keys at a time.
+            for (int64_t j0 = 0; j0 < N_pad; j0 += cols) {
                 if (bf16_dot) {
                     bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s + j0, N_pad);
                     bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp + j0, N_pad);
                     continue;
                 }
-                along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s + j0, N_pad);
-                along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp + j0, N_pad);
+                along_d(group, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s + j0, N_pad);
+                along_d(group, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp + j0, N_pad);
             }
             // P (0 past S_k and, on a diagonal tile, after the row), dS from the float32 P, rounded for dS K (two
             // loops again: the first one vectorises).
-            for (int r = 0; r < ROWS; r++) {
+            for (int r = 0; r < group; r++) {
                 const int64_t row = q_start + i0 + r;
                 // The keys this query sees: 0 .. j_end - 1 (on a diagonal tile those up to the row itself; none for
                 // a query past S_q).
@@ -90,10 +92,10 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
                 }
                 for (int64_t j = 0; j < N_pad; j++) dp_i[j] = fa_round_to_dtype(dp_i[j], dtype);
             }
-            // dQ_i += sum_j dS_ij K_j, ROWS queries x VEC dims at a time, in key order: the same sum, in the same
+            // dQ_i += sum_j dS_ij K_j, `group` queries x `cols` dims at a time, in key order: the same sum, in the same
             // order, every run.
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
-                along_rows_micro_kernel(dp, N_pad, keys, w->k_tile + d0, D_pad, dq_acc + i0 * D_pad + d0);
+            for (int64_t d0 = 0; d0 < D; d0 += cols)
+                along_rows(group, dp, N_pad, keys, w->k_tile + d0, D_pad, dq_acc + i0 * D_pad + d0);
         }
     }
 
@@ -105,6 +107,7 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
 
 void backward_tc_dq_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t) {
     const int64_t BH = shape->B * shape->H, n_q_tiles = (shape->Sq + block_m - 1) / block_m;
+    const int group = block_rows(dtype);
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);
@@ -114,7 +117,7 @@ void backward_tc_dq_cpu(const fa_shape *shape, int dtype, int block_m, int block
             for (int64_t i = 0; i < n_q_tiles; i++) {
                 // Causal: the last Q tiles see the most keys; starting with them, the short ones fill in last.
                 const int64_t q_tile = n_q_tiles - 1 - i;
-                dq_program(shape, dtype, block_m, block_n, bh, q_tile * block_m, t, &w);
+                dq_program(shape, dtype, block_m, block_n, group, bh, q_tile * block_m, t, &w);
             }
         free(w.q_tile);   // the start of the one allocation
     }

@@ -5,10 +5,11 @@
 //   are, as in phase 4. And one pass instead of two: a CPU thread owns a whole head, runs its K/V tiles one after
 //   the other, and adds each tile's share of dQ into dQ in place, in the order a separate dQ pass would (keys in
 //   order, from the running sum), so it computes S and dP once per tile pair instead of twice: five products where
-//   step 4 computes seven (kv_tile_program). S and dP are computed by queries (S = Q K^T, VEC keys per vector), and
-//   dV += P^T dO, dK += dS^T Q read P and dS by columns; the products are step 4's two register-blocked
-//   micro-kernels (along_d_micro_kernel, along_rows_micro_kernel), ROWS x VEC sums in vector registers. Two details
-//   come from phase 4 instead (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is
+//   step 4 computes seven (kv_tile_program). S and dP are computed by queries (S = Q K^T, a vector of keys at a
+//   time), and dV += P^T dO, dK += dS^T Q read P and dS by columns; the products are step 4's two register-blocked
+//   micro-kernels (along_d_micro_kernel, along_rows_micro_kernel), 6 rows x 16 columns of sums in vector registers
+//   with AVX2 and 6 x 32 with AVX-512, picked for the CPU the program runs on (block_cols()). Two details come
+//   from phase 4 instead (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is
 //   the base-2 score the forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual
 //   (lse_to_base2), so that the largest p of a row comes back as accurately as the forward stored it. Delta is
 //   phase 4's preprocess (backward_preprocess_cpu()). This is the CPU's fast float32 backward: the one to compare
@@ -31,25 +32,35 @@
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE
 // (and its residual) as hi + lo.
-// The register block: ROWS rows x VEC columns, 96 float32 sums: 12 of AVX2's 16 registers (6 of AVX-512's 32). Each
-// step of a micro-kernel loads VEC values once and multiplies them by ROWS broadcast values, so more rows mean fewer
-// loads per multiply-add; with 8 sums (step 4's 4 x 16) AVX2's two FMA units, 4 cycles deep, had exactly as many
-// independent sums as they can keep in flight, and none to spare. 6 x 16 is the classic AVX2 SGEMM block: 12 sums,
-// two registers for the VEC values and one for the broadcast (docs/05-measuring.md measures it beside PyTorch).
-// Tiles are padded with zeros to a multiple of VEC columns and of ROWS rows (M_pad, N_pad below).
+// The register block: ROWS rows x `cols` columns, sized to 12 vector registers of sums on the CPU the program runs
+// on: 6 x 16 in AVX2 (8 floats a register, 12 of its 16 registers), 6 x 32 in AVX-512 (16 floats a register, 12 of
+// its 32). Each step of a micro-kernel loads `cols` values once and multiplies them by ROWS broadcast values, so more
+// rows mean fewer loads per multiply-add; with 8 sums (step 4's 4 x 16) AVX2's two FMA units, 4 cycles deep, had
+// exactly as many independent sums as they can keep in flight, and none to spare. 6 x 16 is the classic AVX2 SGEMM
+// block: 12 sums, two registers for the loaded values and one for the broadcast. In 512-bit registers the same
+// 6 x 16 is only 6 sums; AVX-512 widens the columns, not the rows (12 x 16 would also be 12 registers): the row
+// groups, their padding and dQ's rows stay as they are, each step loads 2 vectors and broadcasts 6 values for 12
+// multiply-adds (12 x 16 broadcasts 12), and D = 64 or 128 and BLOCK_M, BLOCK_N = 64 or 128 are whole 32-column
+// blocks, where a 64-row tile in groups of 12 would be padded to 72 rows. Which products each sum adds, and in what
+// order, does not depend on the block: the gradients are the same bits at either width.
+// Tiles are padded with zeros to a multiple of MAX_VEC columns and of ROWS rows (M_pad, N_pad below).
 #define ROWS 6
-#define VEC 16
+#define MAX_VEC 32   // the widest block's columns
+
+// Columns in a micro-kernel's block on this CPU: 12 vector registers of sums (fa_simd.h: the vector width of the
+// version of the hot loops the CPU runs).
+static int block_cols(void) { return fa_simd_vector_floats() >= 16 ? 32 : 16; }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers: one K/V
-// tile, staged once, and the Q tile of the moment. Every tile is padded with zeros to a multiple of VEC columns (and so
-// of ROWS rows).
+// tile, staged once, and the Q tile of the moment. Every tile is padded with zeros to a multiple of MAX_VEC columns
+// (and of ROWS rows).
 typedef struct {
-    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of VEC
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC (and ROWS)
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q (times qk_scale) and dO rows
     float *k_tile;                 // [N_pad, D_pad]  K rows
-    float *k_t, *v_t;              // [D, N_pad]      K and V, transposed: S and dP sum along d, VEC keys per load
+    float *k_t, *v_t;              // [D, N_pad]      K and V, transposed: S and dP sum along d, keys in vectors
     float *lse2_hi, *lse2_lo;      // [M_pad]         LSE_i * LOG2E = hi + lo (lse_to_base2, fa_math.h)
     float *delta;                  // [M_pad]         Delta_i of the Q tile
     float *dk_acc, *dv_acc;        // [N_pad, D_pad]  dK and dV of the K/V tile, summed over the Q tiles
@@ -58,8 +69,9 @@ typedef struct {
 } workspace;
 
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
-    const int64_t M_pad = round_up(round_up(block_m, VEC), ROWS), N_pad = round_up(round_up(block_n, VEC), ROWS);
-    const int64_t D_pad = round_up(D, VEC);
+    const int64_t M_pad = round_up(round_up(block_m, MAX_VEC), ROWS);
+    const int64_t N_pad = round_up(round_up(block_n, MAX_VEC), ROWS);
+    const int64_t D_pad = round_up(D, MAX_VEC);
     return 2 * M_pad * D_pad + 3 * N_pad * D_pad + 2 * D * N_pad + 3 * M_pad + 2 * M_pad * N_pad + ROWS * D_pad;
 }
 
@@ -69,8 +81,8 @@ int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int b
 
 static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
-    w.M_pad = round_up(round_up(block_m, VEC), ROWS), w.N_pad = round_up(round_up(block_n, VEC), ROWS);
-    w.D_pad = round_up(D, VEC);
+    w.M_pad = round_up(round_up(block_m, MAX_VEC), ROWS), w.N_pad = round_up(round_up(block_n, MAX_VEC), ROWS);
+    w.D_pad = round_up(D, MAX_VEC);
     const int64_t total = workspace_floats(D, block_m, block_n);
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
     for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
@@ -110,25 +122,27 @@ static void stage_rows(const float *x, fa_strides strides, float factor, int64_t
     }
 }
 
-// The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
-// registers because the row loop is unrolled completely and the column loop vectorised. They must be inlined into
+// The two micro-kernels. As in step 1, the ROWS x cols sums are a small local array that GCC and Clang keep in vector
+// registers because the row loop is unrolled completely and the column loop vectorised; for that the compiler must
+// know `cols`: every call passes it as a literal, 16 or 32 (along_d() and along_rows() below pick the call for the
+// width block_cols() chose), so that each inlined copy is a block of fixed size. They must be inlined into
 // kv_tile_program, which FA_SIMD_CLONES compiles once per instruction set: a micro-kernel the compiler leaves as a
 // function of its own is compiled once, for the build's baseline (SSE2), and runs there from every clone (at 6 rows
 // GCC stopped inlining them by itself, and the backward ran far slower: hence FA_SIMD_INLINE, fa_simd.h).
 // Every product of this file is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
 //
-// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
-// columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
-// once and ROWS values of a, and does ROWS * VEC multiply-adds with them. The sums start from the first product
-// (d = 0), not from zeros: the same values, without clearing ROWS * VEC floats first.
-FA_SIMD_INLINE void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
-                                         float *out, int64_t out_pad) {
-    float sum[ROWS][VEC];
+// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and
+// `cols` columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads `cols` values
+// of b_t once and ROWS values of a, and does ROWS * cols multiply-adds with them. The sums start from the first
+// product (d = 0), not from zeros: the same values, without clearing ROWS * cols floats first.
+FA_SIMD_INLINE void along_d_micro_kernel(int cols, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad,
+                                         int64_t D, float *out, int64_t out_pad) {
+    float sum[ROWS][MAX_VEC];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) {
         const float a_r0 = a[r * D_pad];
 #pragma omp simd
-        for (int jj = 0; jj < VEC; jj++) sum[r][jj] = a_r0 * b_t[jj];
+        for (int jj = 0; jj < cols; jj++) sum[r][jj] = a_r0 * b_t[jj];
     }
     for (int64_t d = 1; d < D; d++) {
         const float *b_d = b_t + d * b_pad;
@@ -136,34 +150,48 @@ FA_SIMD_INLINE void along_d_micro_kernel(const float *a, int64_t D_pad, const fl
         for (int r = 0; r < ROWS; r++) {
             const float a_rd = a[r * D_pad + d];
 #pragma omp simd
-            for (int jj = 0; jj < VEC; jj++) sum[r][jj] += a_rd * b_d[jj];
+            for (int jj = 0; jj < cols; jj++) sum[r][jj] += a_rd * b_d[jj];
         }
     }
     for (int r = 0; r < ROWS; r++)
-        for (int jj = 0; jj < VEC; jj++) out[r * out_pad + jj] = sum[r][jj];
+        for (int jj = 0; jj < cols; jj++) out[r * out_pad + jj] = sum[r][jj];
 }
 
 // Sums along the rows of a tile: acc[r][dd] += sum_i a(r, i) * b[i][dd] over the first n rows of b ([rows][D_pad],
-// VEC dims of it), for ROWS rows of acc ([ROWS][D_pad]). a(r, i) is a[r * a_row + i * a_step]: a tile read as it is
+// `cols` dims of it), for ROWS rows of acc ([ROWS][D_pad]). a(r, i) is a[r * a_row + i * a_step]: a tile read as it is
 // (dS, a_row = N_pad, a_step = 1) or as its transpose (P^T and dS^T read from P and dS, a_row = 1, a_step = N_pad),
 // since each of its values is broadcast alone. The sums start from acc and add the rows in order: dQ's sum over the
 // K tiles keeps one fixed order.
-FA_SIMD_INLINE void along_rows_micro_kernel(const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
-                                            int64_t D_pad, float *acc) {
-    float sum[ROWS][VEC];
+FA_SIMD_INLINE void along_rows_micro_kernel(int cols, const float *a, int64_t a_row, int64_t a_step, int n,
+                                            const float *b, int64_t D_pad, float *acc) {
+    float sum[ROWS][MAX_VEC];
     for (int r = 0; r < ROWS; r++)
-        for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];
+        for (int dd = 0; dd < cols; dd++) sum[r][dd] = acc[r * D_pad + dd];
     for (int i = 0; i < n; i++) {
         const float *b_i = b + i * D_pad;
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) {
             const float a_ri = a[r * a_row + i * a_step];
 #pragma omp simd
-            for (int dd = 0; dd < VEC; dd++) sum[r][dd] += a_ri * b_i[dd];
+            for (int dd = 0; dd < cols; dd++) sum[r][dd] += a_ri * b_i[dd];
         }
     }
     for (int r = 0; r < ROWS; r++)
-        for (int dd = 0; dd < VEC; dd++) acc[r * D_pad + dd] = sum[r][dd];
+        for (int dd = 0; dd < cols; dd++) acc[r * D_pad + dd] = sum[r][dd];
+}
+
+// The micro-kernels at the width block_cols() chose: `cols` is known only at run time, so each picks between two
+// calls that name it as a literal (the branch costs nothing beside the block's ROWS * cols * D multiply-adds).
+FA_SIMD_INLINE void along_d(int cols, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
+                            float *out, int64_t out_pad) {
+    if (cols == 32) along_d_micro_kernel(32, a, D_pad, b_t, b_pad, D, out, out_pad);
+    else along_d_micro_kernel(16, a, D_pad, b_t, b_pad, D, out, out_pad);
+}
+
+FA_SIMD_INLINE void along_rows(int cols, const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
+                               int64_t D_pad, float *acc) {
+    if (cols == 32) along_rows_micro_kernel(32, a, a_row, a_step, n, b, D_pad, acc);
+    else along_rows_micro_kernel(16, a, a_row, a_step, n, b, D_pad, acc);
 }
 
 // 1. Delta_i = sum_d dO_id O_id: phase 4's preprocess, backward_preprocess_cpu(), which also sets dQ = 0.
@@ -176,7 +204,7 @@ FA_SIMD_INLINE void along_rows_micro_kernel(const float *a, int64_t a_row, int64
 // products per tile pair instead of seven). With atomic_dq the tiles of one head run on any thread, and each adds its
 // share from zero, atomically, in an order that changes from run to run.
 FA_SIMD_CLONES
-static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int64_t bh, int64_t k_start,
+static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int cols, int64_t bh, int64_t k_start,
                             const backward_tensors *t, int atomic_dq, workspace *w) {
     const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, N_pad = w->N_pad, D_pad = w->D_pad;
     const float scale = shape->scale, qk_scale = scale * LOG2E;
@@ -189,7 +217,7 @@ static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int
     const float *residual = t->lse_residual ? t->lse_residual + bh * S_q : NULL;
     float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
-    const int keys_pad = (int)round_up(keys, VEC);
+    const int keys_pad = (int)round_up(keys, cols);   // whole blocks of keys
     float *p = w->p_tile, *ds = w->ds_tile;   // [M_pad][N_pad]
 
     stage_rows(k, t->k_strides, 1.0f, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
@@ -214,12 +242,10 @@ static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int
         // The queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's queries:
         // those rows of Q and dO are zeros, their P and dS are 0 and they add nothing.
         for (int i0 = 0; i0 < rows; i0 += ROWS) {
-            // S_ij = (qk_scale Q_i) . K_j and dP_ij = dO_i . V_j, VEC keys at a time.
-            for (int j0 = 0; j0 < keys_pad; j0 += VEC) {
-                along_d_micro_kernel(w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, p + i0 * N_pad + j0,
-                                     N_pad);
-                along_d_micro_kernel(w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, ds + i0 * N_pad + j0,
-                                     N_pad);
+            // S_ij = (qk_scale Q_i) . K_j and dP_ij = dO_i . V_j, `cols` keys at a time.
+            for (int j0 = 0; j0 < keys_pad; j0 += cols) {
+                along_d(cols, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, p + i0 * N_pad + j0, N_pad);
+                along_d(cols, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, ds + i0 * N_pad + j0, N_pad);
             }
             // P from the log-sum-exp (0 past S_k and, on a diagonal tile, after the row), and dS = P * (dP - Delta).
             for (int r = 0; r < ROWS; r++) {
@@ -245,13 +271,14 @@ static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int
             }
         }
 
-        // dV_c += sum_i P_ic dO_i and dK_c += sum_i dS_ic (qk_scale Q_i): ROWS keys x VEC dims at a time, P and dS
+        // dV_c += sum_i P_ic dO_i and dK_c += sum_i dS_ic (qk_scale Q_i): ROWS keys x `cols` dims at a time, P and dS
         // read by columns (as P^T and dS^T), the queries in order. The last group of keys may run past the tile's:
-        // their P and dS are 0 and their dK and dV are never stored.
+        // their P and dS are 0 and their dK and dV are never stored. The last block of dims may run past D into
+        // D_pad's zeros.
         for (int c0 = 0; c0 < keys; c0 += ROWS)
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC) {
-                along_rows_micro_kernel(p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, w->dv_acc + c0 * D_pad + d0);
-                along_rows_micro_kernel(ds + c0, 1, N_pad, rows, w->q_tile + d0, D_pad, w->dk_acc + c0 * D_pad + d0);
+            for (int64_t d0 = 0; d0 < D; d0 += cols) {
+                along_rows(cols, p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, w->dv_acc + c0 * D_pad + d0);
+                along_rows(cols, ds + c0, 1, N_pad, rows, w->q_tile + d0, D_pad, w->dk_acc + c0 * D_pad + d0);
             }
 
         // This tile's share of dQ: dQ_i += sum_c dS_ic K_c, ROWS queries at a time, the keys in order. Without
@@ -264,8 +291,8 @@ static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int
             for (int r = 0; r < ROWS; r++)
                 for (int64_t d = 0; d < D; d++)
                     dq_rows[r * D_pad + d] = atomic_dq || r >= group ? 0.0f : dq_i0[r * dq_s + d * dq_d];
-            for (int64_t d0 = 0; d0 < D_pad; d0 += VEC)
-                along_rows_micro_kernel(ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, dq_rows + d0);
+            for (int64_t d0 = 0; d0 < D; d0 += cols)
+                along_rows(cols, ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, dq_rows + d0);
             for (int r = 0; r < group; r++)
                 for (int64_t d = 0; d < D; d++) {
                     if (atomic_dq) {
@@ -303,6 +330,7 @@ void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n,
     const int atomic_dq = dq_mode == FA_DQ_ATOMIC;
     const int64_t BH = shape->B * shape->H;
     const int64_t n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
+    const int cols = block_cols();
     backward_preprocess_cpu(shape, t, 1);   // Delta, and dQ = 0 for the sums to start from
 #pragma omp parallel
     {
@@ -313,14 +341,14 @@ void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n,
 #pragma omp for collapse(2) schedule(dynamic)
             for (int64_t bh = 0; bh < BH; bh++)
                 for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
-                    kv_tile_program(shape, block_m, block_n, bh, kv_tile * block_n, t, 1, &w);
+                    kv_tile_program(shape, block_m, block_n, cols, bh, kv_tile * block_n, t, 1, &w);
         } else {
             // One head per iteration, its K/V tiles in order on one thread: dQ's sums in one fixed order, whatever
             // the thread count. (A machine with more cores than heads leaves some idle.)
 #pragma omp for schedule(dynamic)
             for (int64_t bh = 0; bh < BH; bh++) {
                 for (int64_t kv_tile = 0; kv_tile < n_kv_tiles; kv_tile++)
-                    kv_tile_program(shape, block_m, block_n, bh, kv_tile * block_n, t, 0, &w);
+                    kv_tile_program(shape, block_m, block_n, cols, bh, kv_tile * block_n, t, 0, &w);
                 scale_dq_head(shape, bh, t);
             }
         }

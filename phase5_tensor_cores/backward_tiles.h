@@ -1,7 +1,8 @@
 // backward_tiles.h - phase 5, step 4 on the CPU: what its two passes share (4_backward_dkdv_cpu.c, the dK/dV pass,
 // and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
-// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on.
-// 4_backward_cpu.c runs the preprocess and the two passes in order.
+// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on, in
+// a block sized for the CPU the program runs on (4 x 16 with AVX2, 8 x 32 with AVX-512). 4_backward_cpu.c runs the
+// preprocess and the two passes in order.
 #ifndef BACKWARD_TILES_H
 #define BACKWARD_TILES_H
 
@@ -16,18 +17,30 @@
 #include <stdlib.h>
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
-// The register block: ROWS rows x VEC columns, 64 float32 sums, 4 AVX-512 or 8 AVX2 registers (step 1's sizes).
-// Tiles are padded with zeros to a multiple of VEC columns (and so of ROWS rows).
-#define ROWS 4
-#define VEC 16
-_Static_assert(ROWS == BF16_DOT_ROWS && VEC == BF16_DOT_COLS, "bf16_dot_along_d computes ROWS x VEC blocks");
+// The register block: `group` rows x `cols` columns of float32 sums, sized for the CPU the program runs on
+// (block_rows()): 4 x 16 with AVX2, 8 AVX2 registers; 8 x 32 with AVX-512, 16 of its 32 registers. The same 4 x 16
+// would be only 4 AVX-512 registers of sums, where two FMA units 4 cycles deep need 8 in flight, and vdpbf16ps
+// (bf16_dot.c) as many or more. The AVX-512 block doubles both sides: per step it loads 2 vectors and broadcasts 8
+// values for 16 multiply-adds, 16 independent sums cover the latency of either instruction with room to spare, and
+// 8 rows divide the 32-column padding, so one padding rule serves both blocks. Which products each sum adds, and in
+// what order, does not depend on the block: the gradients are the same bits at either size.
+// Tiles are padded with zeros to a multiple of MAX_VEC columns (and so of either block's rows).
+#define MAX_ROWS 8
+#define MAX_VEC 32
+_Static_assert(MAX_ROWS == BF16_DOT_ROWS && MAX_VEC == BF16_DOT_COLS, "bf16_dot_along_d computes the AVX-512 block");
+
+// Rows in a micro-kernel's block on this CPU (fa_simd.h: the vector width of the version of the hot loops the CPU
+// runs); the columns follow from them (block_cols()). bf16_dot_along_d runs only on AVX-512 CPUs and computes the
+// AVX-512 block.
+static inline int block_rows(int dtype) { return fa_simd_vector_floats() >= 16 || bf16_dot_available(dtype) ? 8 : 4; }
+static inline int block_cols(int group) { return group == 8 ? 32 : 16; }
 
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers. The two
 // passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
 typedef struct {
-    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of VEC
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC
     int64_t R_pad;                 // the larger of M_pad and N_pad
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q and dO rows (half values, exact in float32)
     float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
@@ -35,25 +48,26 @@ typedef struct {
     float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dQ pass sums along the keys
     float *lse2, *delta;           // [M_pad]         LSE_i * LOG2E and Delta_i of the Q tile
     float *acc_a, *acc_b;          // [max(M, N)_pad, D_pad]  dK and dV (dK/dV pass), dQ (dQ pass) accumulators
-    float *s, *dp;                 // [ROWS, M_pad] rows of S^T (then P^T, rounded) and of dP^T (then dS^T, rounded);
-                                   // [ROWS, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
+    float *s, *dp;                 // [group, M_pad] rows of S^T (then P^T, rounded) and of dP^T (then dS^T,
+                                   // rounded); [group, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
     float *ds_tile;                // [M_pad, N_pad]  dS of the tile, rounded, for the atomic dQ (shared memory)
-    float *dq_rows;                // [ROWS, D_pad]   the atomic dQ's share of ROWS rows, before it is added
+    float *dq_rows;                // [group, D_pad]  the atomic dQ's share of a group of rows, before it is added
     // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
     uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
     uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] Q and dO (dK/dV pass), K and V (dQ pass)
 } workspace;
 
 static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
-    const int64_t M_pad = round_up(block_m, VEC), N_pad = round_up(block_n, VEC), D_pad = round_up(D, VEC);
+    const int64_t M_pad = round_up(block_m, MAX_VEC), N_pad = round_up(block_n, MAX_VEC);
+    const int64_t D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
     return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
-           2 * ROWS * R_pad + M_pad * N_pad + ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles, next to each other
+           2 * MAX_ROWS * R_pad + M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
 }
 
 static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
-    w.M_pad = round_up(block_m, VEC), w.N_pad = round_up(block_n, VEC), w.D_pad = round_up(D, VEC);
+    w.M_pad = round_up(block_m, MAX_VEC), w.N_pad = round_up(block_n, MAX_VEC), w.D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
     w.R_pad = R_pad;
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
@@ -70,10 +84,10 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.delta = next, next += w.M_pad;
     w.acc_a = next, next += R_pad * w.D_pad;
     w.acc_b = next, next += R_pad * w.D_pad;
-    w.s = next, next += ROWS * R_pad;
-    w.dp = next, next += ROWS * R_pad;
+    w.s = next, next += MAX_ROWS * R_pad;
+    w.dp = next, next += MAX_ROWS * R_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
-    w.dq_rows = next, next += ROWS * w.D_pad;
+    w.dq_rows = next, next += MAX_ROWS * w.D_pad;
     uint16_t *bits = (uint16_t *)next;
     w.rows_a = bits, bits += R_pad * w.D_pad;
     w.rows_b = bits, bits += R_pad * w.D_pad;
@@ -96,48 +110,64 @@ static inline void stage_rows(const uint16_t *x, fa_strides strides, int dtype, 
         }
 }
 
-// The two micro-kernels. As in step 1, the ROWS x VEC sums are a small local array that GCC and Clang keep in vector
-// registers because the row loop is unrolled completely and the column loop vectorised; every product of the two
-// passes is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
+// The two micro-kernels. As in step 1, the group x cols sums are a small local array that GCC and Clang keep in
+// vector registers because the row loop is unrolled completely and the column loop vectorised; for that the compiler
+// must know the block: every call passes it as literals, 4 x 16 or 8 x 32 (along_d() and along_rows() below pick the
+// call for the group block_rows() chose), so that each inlined copy is a block of fixed size. Every product of the
+// two passes is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
 //
-// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and VEC
-// columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads VEC values of b_t
-// once and ROWS values of a, and does ROWS * VEC multiply-adds with them.
-FA_SIMD_INLINE void along_d_micro_kernel(const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
-                                         float *out, int64_t out_pad) {
-    float sum[ROWS][VEC] = {{0.0f}};
+// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for `group` rows of a row-major tile a ([rows][D_pad]) and
+// `cols` columns of a transposed tile b_t ([D][b_pad]), written to out ([group][out_pad]). Per d it loads `cols`
+// values of b_t once and `group` values of a, and does group * cols multiply-adds with them.
+FA_SIMD_INLINE void along_d_micro_kernel(int group, int cols, const float *a, int64_t D_pad, const float *b_t,
+                                         int64_t b_pad, int64_t D, float *out, int64_t out_pad) {
+    float sum[MAX_ROWS][MAX_VEC] = {{0.0f}};
     for (int64_t d = 0; d < D; d++) {
         const float *b_d = b_t + d * b_pad;
 #pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++) {
+        for (int r = 0; r < group; r++) {
             const float a_rd = a[r * D_pad + d];
 #pragma omp simd
-            for (int jj = 0; jj < VEC; jj++) sum[r][jj] += a_rd * b_d[jj];
+            for (int jj = 0; jj < cols; jj++) sum[r][jj] += a_rd * b_d[jj];
         }
     }
-    for (int r = 0; r < ROWS; r++)
-        for (int jj = 0; jj < VEC; jj++) out[r * out_pad + jj] = sum[r][jj];
+    for (int r = 0; r < group; r++)
+        for (int jj = 0; jj < cols; jj++) out[r * out_pad + jj] = sum[r][jj];
 }
 
 // Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
-// VEC dims of it), for ROWS rows of a ([ROWS][a_pad], the rounded P^T, dS^T or dS) and acc ([ROWS][D_pad]). The sums
-// start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
-FA_SIMD_INLINE void along_rows_micro_kernel(const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
-                                            float *acc) {
-    float sum[ROWS][VEC];
-    for (int r = 0; r < ROWS; r++)
-        for (int dd = 0; dd < VEC; dd++) sum[r][dd] = acc[r * D_pad + dd];
+// `cols` dims of it), for `group` rows of a ([group][a_pad], the rounded P^T, dS^T or dS) and acc ([group][D_pad]).
+// The sums start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
+FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a, int64_t a_pad, int n, const float *b,
+                                            int64_t D_pad, float *acc) {
+    float sum[MAX_ROWS][MAX_VEC];
+    for (int r = 0; r < group; r++)
+        for (int dd = 0; dd < cols; dd++) sum[r][dd] = acc[r * D_pad + dd];
     for (int i = 0; i < n; i++) {
         const float *b_i = b + i * D_pad;
 #pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++) {
+        for (int r = 0; r < group; r++) {
             const float a_ri = a[r * a_pad + i];
 #pragma omp simd
-            for (int dd = 0; dd < VEC; dd++) sum[r][dd] += a_ri * b_i[dd];
+            for (int dd = 0; dd < cols; dd++) sum[r][dd] += a_ri * b_i[dd];
         }
     }
-    for (int r = 0; r < ROWS; r++)
-        for (int dd = 0; dd < VEC; dd++) acc[r * D_pad + dd] = sum[r][dd];
+    for (int r = 0; r < group; r++)
+        for (int dd = 0; dd < cols; dd++) acc[r * D_pad + dd] = sum[r][dd];
+}
+
+// The micro-kernels at the block block_rows() chose: `group` is known only at run time, so each picks between two
+// calls that name the block as literals (the branch costs nothing beside the block's multiply-adds).
+FA_SIMD_INLINE void along_d(int group, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
+                            float *out, int64_t out_pad) {
+    if (group == 8) along_d_micro_kernel(8, 32, a, D_pad, b_t, b_pad, D, out, out_pad);
+    else along_d_micro_kernel(4, 16, a, D_pad, b_t, b_pad, D, out, out_pad);
+}
+
+FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
+                               float *acc) {
+    if (group == 8) along_rows_micro_kernel(8, 32, a, a_pad, n, b, D_pad, acc);
+    else along_rows_micro_kernel(4, 16, a, a_pad, n, b, D_pad, acc);
 }
 
 // The two passes (each one parallel loop over its programs, the CUDA grid of its kernel) and the preprocess.

@@ -41,12 +41,14 @@ void bf16_dot_stage(const uint16_t *x, fa_strides strides, int64_t first, int64_
         }
 }
 
-// Per pair of dims d, d + 1: one 64-byte load of b and, for each row, a broadcast of a's pair and one vdpbf16ps:
+// Per pair of dims d, d + 1: two 64-byte loads of b (columns 0-15 and 16-31) and, for each row, a broadcast of a's
+// pair and two vdpbf16ps:
 //
-//   lane jj of sum[r] += a[r][d] * b[jj][d] + a[r][d+1] * b[jj][d+1]    (16 lanes = 16 columns, float32 sums)
-//        b (one zmm):   | b[0][d] b[0][d+1] | b[1][d] b[1][d+1] | ... | b[15][d] b[15][d+1] |
-//        a (broadcast): | a[r][d] a[r][d+1] | a[r][d] a[r][d+1] | ... | a[r][d]  a[r][d+1]  |
+//   lane jj of sum[r][h] += a[r][d] * b[16h+jj][d] + a[r][d+1] * b[16h+jj][d+1]    (16 lanes = 16 columns)
+//        b (one zmm, h = 0): | b[0][d] b[0][d+1] | b[1][d] b[1][d+1] | ... | b[15][d] b[15][d+1] |
+//        a (broadcast):      | a[r][d] a[r][d+1] | a[r][d] a[r][d+1] | ... | a[r][d]  a[r][d+1]  |
 //
+// 8 rows x 2 halves: 16 sums, each of which waits only for its own previous vdpbf16ps (bf16_dot.h says why 16).
 // The product of two bf16 values is exact in float32; the instruction adds the two of a lane to the sum one after the
 // other (d + 1 first), rounding each time, and treats denormal inputs as zero. A float32 sum of exact products, as
 // the float32 micro-kernel's and the tensor core's: the half rule holds alike.
@@ -54,17 +56,25 @@ void bf16_dot_stage(const uint16_t *x, fa_strides strides, int64_t first, int64_
 __attribute__((target("avx512bf16,avx512f"))) static void dot_rows(const uint16_t *a, int64_t D_pad,
                                                                    const uint16_t *b_pairs, int64_t b_pad, int64_t D,
                                                                    float *out, int64_t out_pad) {
-    __m512 sum[BF16_DOT_ROWS];
-    for (int r = 0; r < BF16_DOT_ROWS; r++) sum[r] = _mm512_setzero_ps();
+    __m512 sum[BF16_DOT_ROWS][2];   // [row][columns 0-15, 16-31]
+    for (int r = 0; r < BF16_DOT_ROWS; r++) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
     for (int64_t d = 0; d < D; d += 2) {   // D odd: dim D is padding, zero
-        const __m512i b = _mm512_loadu_si512((const void *)(b_pairs + d * b_pad));   // pair d / 2: 16 x 2 bf16
+        const uint16_t *b_d = b_pairs + d * b_pad;   // pair d / 2: 32 x 2 bf16
+        const __m512i b_lo = _mm512_loadu_si512((const void *)b_d), b_hi = _mm512_loadu_si512((const void *)(b_d + 32));
+#pragma GCC unroll 8
         for (int r = 0; r < BF16_DOT_ROWS; r++) {
             int32_t pair;
             memcpy(&pair, a + r * D_pad + d, sizeof pair);
-            sum[r] = _mm512_dpbf16_ps(sum[r], (__m512bh)_mm512_set1_epi32(pair), (__m512bh)b);
+            const __m512bh a_r = (__m512bh)_mm512_set1_epi32(pair);
+            sum[r][0] = _mm512_dpbf16_ps(sum[r][0], a_r, (__m512bh)b_lo);
+            sum[r][1] = _mm512_dpbf16_ps(sum[r][1], a_r, (__m512bh)b_hi);
         }
     }
-    for (int r = 0; r < BF16_DOT_ROWS; r++) _mm512_storeu_ps(out + r * out_pad, sum[r]);
+#pragma GCC unroll 8
+    for (int r = 0; r < BF16_DOT_ROWS; r++) {
+        _mm512_storeu_ps(out + r * out_pad, sum[r][0]);
+        _mm512_storeu_ps(out + r * out_pad + 16, sum[r][1]);
+    }
 }
 #endif
 
