@@ -71,8 +71,9 @@ profile() {   # profile OUT TITLE KERNEL_REGEX PHASE7_ARGS...: one launch of the
         "$BIN/phase7_hopper" --impl cuda --dtype bf16 --B 4 --H 16 --S 4096 "$@" --check-heads 1 --warmup 0 \
         --iters 1 > "$out" 2>&1
     echo "== $title" >> "$SUMMARY"
-    grep -E "Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issued Ipc Active|No Eligible|\
-Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" | sed 's/  */ /g' >> "$SUMMARY"
+    grep -E "Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per Thread|\
+Achieved Occupancy|Issued Ipc Active|No Eligible|Warp Cycles Per Issued|smsp__inst_executed.sum|Stall|stall" "$out" \
+        | sed 's/  */ /g' >> "$SUMMARY"
 }
 # name kernel step D BLOCK_M BLOCK_N
 for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized 3 128 128 128" \
