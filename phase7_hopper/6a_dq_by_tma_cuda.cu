@@ -25,7 +25,7 @@
 // Needs sm_90a (wgmma, TMA). Lane L of a warp is "g = L / 4, t = L % 4" in every fragment drawn below, in wgmma.cuh
 // and in common/fa_mma.cuh.
 #include "fa_cuda_check.h"
-#include "fa_mma.cuh"    // the PTX helpers: ldmatrix, mma.sync, cp.async, and their fragment layouts
+#include "fa_mma.cuh"    // cp.async, pack_pair and the mma shapes (MMA_K, MMA_N, CHUNK) the fragments follow
 #include "fa_warp.cuh"   // WARP_SIZE, FULL_WARP
 #include "fa_half.h"
 #include "fa_contract.h"
@@ -46,8 +46,8 @@
 
 // Every tile of this file (K, V, Q, dO: [64][D]; dS^T: [64][64]) has TILE_ROWS = 64 rows and is stored in wgmma's
 // 128-byte swizzle atoms: swizzle<TILE_ROWS>(row, chunk) (wgmma.cuh) is where chunk `chunk` (16 bytes, elements
-// 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves. The 8 rows one ldmatrix matrix reads sit in 8 different
-// bank groups there too, as with phase 5's swizzle.
+// 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves. A warp's stores of dS^T (the same chunk of 8 consecutive
+// keys, rows g and g + 8 of its fragments) land in 8 different bank groups there, as with phase 5's swizzle.
 #define TILE_ROWS 64
 
 // dQ's share of a Q tile, [BLOCK_M][D] float32, goes to the TMA in boxes of DQ_BOX_COLUMNS = 32 columns (128 bytes a

@@ -15,6 +15,8 @@ import os
 import re
 import sys
 
+from headline_tables import parse_flags   # a logged command's flags, as tools/headline.sh's tables read them
+
 COMMAND = re.compile(r"^\$ phase7_hopper (.*)$")
 ROW = re.compile(r"^  (?P<label>\S.*?) (?:bf16|fp16)\s+(?:yes|no)\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+(?P<gflops>[\d.]+)")
 # "  pytorch: sdpa cudnn backward bf16,4,16,4096,4096,64,1,0.537,412345.6" (step,B,H,Sq,Sk,D,causal,ms,GFLOP/s)
@@ -29,14 +31,6 @@ def die(message, status=2):
     sys.exit(status)
 
 
-def flags(text):
-    words, out = text.split(), {}
-    for i, w in enumerate(words):
-        if w.startswith("--"):
-            out[w] = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else ""
-    return out
-
-
 def read_log(path):
     """{(dtype, S, D, causal, tiles, label): TFLOP/s} for the GPU rows, {(backend, backward, dtype, S, D, causal):
     TFLOP/s} for PyTorch's."""
@@ -48,7 +42,7 @@ def read_log(path):
                 die(f"{path}: a check failed: {line.strip()}", 1)
             m = COMMAND.match(line)
             if m:
-                fl = flags(m.group(1))
+                fl = parse_flags(m.group(1))
                 run = (fl["--dtype"], int(fl["--S"]), int(fl["--D"]), "--causal" in fl,
                        f"{fl.get('--block-m', '64')}x{fl.get('--block-n', '64')}")
                 continue
