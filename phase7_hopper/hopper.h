@@ -20,6 +20,7 @@
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma;
 //   step 6a (6a_dq_by_tma_*): step 6 in one pass, dQ on wgmma and summed into global memory by the TMA;
 //   step 6b (6b_dq_beside_dkdv_*): step 6a with dQ's product queued behind dV's and dK's.
+//   step 6c (6c_two_key_warpgroups_*): step 6a with two warpgroups over 128 keys, sharing the Q tiles' loads.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -125,6 +126,14 @@ void flash_backward_tma_dq_cuda(const fa_shape *shape, int dtype, int block_m, i
 // Step 6b (6b_dq_beside_dkdv_cuda.cu): step 6a with dQ's wgmmas queued behind dV's and dK's, one wait for the three;
 // the same arguments, shared memory and atomic dQ only.
 void flash_backward_dq_beside_dkdv_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                        const tc_backward_tensors *t);
+// Step 6c (6c_two_key_warpgroups_cuda.cu): step 6a with two consumer warpgroups over a K/V tile of 128 keys, which
+// share each Q tile's loads and split its dQ columns; 64 x 128 tiles, shared memory flash_backward_wgmma_cuda_smem_bytes
+// (D, 64, 128), atomic dQ only, step 6's tensors, rounding points and CPU twin.
+#define HOPPER_TWO_WARPGROUPS_TILES_TEXT "64x128"
+#define HOPPER_TWO_WARPGROUPS_BLOCK_M 64
+#define HOPPER_TWO_WARPGROUPS_BLOCK_N 128
+void flash_backward_two_warpgroups_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                         const tc_backward_tensors *t);
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.

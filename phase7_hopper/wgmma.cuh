@@ -205,6 +205,31 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss_mn(float d[8][4], uint64_t de
                  : "l"(desc_a), "l"(desc_b));
 }
 
+// The same product with 32 columns (d[j], j = 0 .. 3: columns 8j .. 8j + 7, as above), both operands MN-major: step
+// 6c splits dQ's D columns between two warpgroups, 32 each at D = 64. Its B starts 32 columns (64 bytes) into a
+// 64-column block: a start address inside the atom, as the K-major steps along a row are (the XOR is applied to the
+// address the hardware computes).
+__device__ __forceinline__ void wgmma_m64n32k16_ss_mn(float d[4][4], uint64_t desc_a, uint64_t desc_b, __half) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "%16, %17, 1, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+                 : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n32k16_ss_mn(float d[4][4], uint64_t desc_a, uint64_t desc_b, __nv_bfloat16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "%16, %17, 1, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+                 : "l"(desc_a), "l"(desc_b));
+}
+
 // --- wgmma.mma_async.m64n128k16: the same product with 128 columns (step 4a) ------------------------------------
 //
 // The layout is the m64n64k16 one above with sixteen 8-column blocks instead of eight: d[j] is columns 8j .. 8j + 7.
@@ -313,6 +338,12 @@ template <int COLUMNS, typename T>
 __device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint64_t desc_b, T type) {
     if constexpr (COLUMNS == 128) wgmma_m64n128k16_rs(d, a, desc_b, type);
     else wgmma_m64n64k16_rs(d, a, desc_b, type);
+}
+// Both operands MN-major, 32 or 64 columns (step 6c's share of dQ: D / 2 columns).
+template <int COLUMNS, typename T>
+__device__ __forceinline__ void wgmma_ss_mn(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
+    if constexpr (COLUMNS == 32) wgmma_m64n32k16_ss_mn(d, desc_a, desc_b, type);
+    else wgmma_m64n64k16_ss_mn(d, desc_a, desc_b, type);
 }
 
 #endif

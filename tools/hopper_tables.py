@@ -4,7 +4,8 @@
     python3 tools/hopper_tables.py LOG --table NAME     one table, as chapter 09's generated block holds it
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
-backward (step 6 beside phase 5 step 4 and PyTorch's backwards), ncu-d128 and ncu-d64 (Nsight Compute, from the
+backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6c beside PyTorch's
+backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
 what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
@@ -106,12 +107,25 @@ def table_backward(rows, torch):
     for name, label in (("phase 5 step 4, deterministic dQ", "p5 step 4 bwd det"),
                         ("step 6 wgmma, deterministic dQ", "step 6 bwd det"), ("step 6 wgmma, atomic dQ", "step 6 bwd atomic"),
                         ("step 6a, dQ added by the TMA", "step 6a bwd atomic"),
-                        ("step 6b, dQ beside dK and dV", "step 6b bwd atomic")):
+                        ("step 6b, dQ beside dK and dV", "step 6b bwd atomic"),
+                        ("step 6c, two warpgroups over 128 keys", "step 6c bwd atomic")):
         lines.append(f"| {name} | " + " | ".join(cell(rows, ("bf16", 4096, D, c, "64x64", label)) for D, c in SHAPES)
                      + " |")
     for name, backend in (("PyTorch FLASH (FlashAttention-2)", "flash"), ("PyTorch cuDNN", "cudnn")):
         lines.append(f"| {name} | " + " | ".join(cell(torch, (backend, True, "bf16", 4096, D, c)) for D, c in SHAPES)
                      + " |")
+    return "\n".join(lines)
+
+
+def table_backward_long(rows, torch):
+    lines = ["| backward, S = 16384 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    for dtype in ("bf16", "fp16"):
+        for name, label in (("step 6a", "step 6a bwd atomic"), ("step 6c", "step 6c bwd atomic")):
+            lines.append(f"| {name}, {dtype} | " + " | ".join(
+                cell(rows, (dtype, 16384, D, c, "64x64", label)) for D, c in SHAPES) + " |")
+        for name, backend in (("PyTorch FLASH", "flash"), ("PyTorch cuDNN", "cudnn")):
+            lines.append(f"| {name}, {dtype} | " + " | ".join(
+                cell(torch, (backend, True, dtype, 16384, D, c)) for D, c in SHAPES) + " |")
     return "\n".join(lines)
 
 
@@ -135,6 +149,8 @@ def read_ncu(path):
                 p["duration"] = f"{fields[2]} {fields[1]}"
             elif line.startswith(" Compute (SM) Throughput"):
                 p["sm"] = fields[-1] + "%"
+            elif line.startswith(" L2 Cache Throughput"):
+                p["l2"] = fields[-1] + "%"
             elif line.startswith(" No Eligible"):
                 p["no_eligible"] = fields[-1] + "%"
             elif line.startswith(" Registers Per Thread"):
@@ -142,15 +158,16 @@ def read_ncu(path):
     return profiles
 
 
-def table_ncu(profiles, names):
-    lines = ["| step | duration | instructions | SM throughput | no eligible warp | registers at entry |",
-             "|---|---|---|---|---|---|"]
+def table_ncu(profiles, names, l2=False):
+    """One row per profile; with l2, the L2's throughput too (what the backward's pace follows)."""
+    lines = ["| step | duration | instructions | SM throughput | " + ("L2 throughput | " if l2 else "") +
+             "no eligible warp | registers at entry |", "|---|---|---|---|---|---|" + ("---|" if l2 else "")]
     for name, profile in names:
-        if profile not in profiles or len(profiles[profile]) < 5:
+        if profile not in profiles or len(profiles[profile]) < 5 + l2:
             die(f"the profiler summary has no complete report for step {profile}")
         p = profiles[profile]
-        lines.append(f"| {name} | {p['duration']} | {p['instructions']} | {p['sm']} | {p['no_eligible']} | "
-                     f"{p['registers']} |")
+        lines.append(f"| {name} | {p['duration']} | {p['instructions']} | {p['sm']} | " +
+                     (f"{p['l2']} | " if l2 else "") + f"{p['no_eligible']} | {p['registers']} |")
     return "\n".join(lines)
 
 
@@ -158,6 +175,7 @@ NCU_D128 = [("1 wgmma", "1"), ("2 TMA", "2"), ("3 warp roles", "3"), ("4 ping-po
             ("4b exp2 ftz", "4b"), ("4d split barriers", "4d"), ("4e overlap in turn", "4e"), ("5 overlap", "5")]
 NCU_D64 = [("4b exp2 ftz, 128 x 128", "4b-d64"), ("4c three consumers, 192 x 128", "4c-d64"),
            ("4d split barriers, 192 x 128", "4d-d64"), ("4e overlap in turn, 192 x 128", "4e-d64")]
+NCU_BACKWARD = [(f"6{x}, D = {D}", f"6{x}-d{D}") for D in (128, 64) for x in "abc"]
 
 
 def ncu_summary_path(log):
@@ -167,17 +185,20 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    if len(argv) != 4 or argv[2] != "--table" or argv[3] not in ("forward", "long", "backward", "ncu-d128", "ncu-d64"):
-        die("usage: hopper_tables.py LOG --table forward|long|backward|ncu-d128|ncu-d64")
+    tables = ("forward", "long", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward")
+    if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
+        die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
     if not os.path.isfile(log):
         die(f"{log}: no such file")
     if name.startswith("ncu"):
         profiles = read_ncu(ncu_summary_path(log))
-        print(table_ncu(profiles, NCU_D128 if name == "ncu-d128" else NCU_D64))
+        names = {"ncu-d128": NCU_D128, "ncu-d64": NCU_D64, "ncu-backward": NCU_BACKWARD}[name]
+        print(table_ncu(profiles, names, l2=name == "ncu-backward"))
         return 0
     rows, torch = read_log(log)
-    print({"forward": table_forward, "long": table_long, "backward": table_backward}[name](rows, torch))
+    print({"forward": table_forward, "long": table_long, "backward": table_backward,
+           "backward-long": table_backward_long}[name](rows, torch))
     return 0
 
 
