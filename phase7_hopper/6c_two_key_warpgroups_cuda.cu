@@ -46,10 +46,11 @@
 #define WARPGROUP_THREADS 128
 #define WARPGROUPS (THREADS / WARPGROUP_THREADS)
 
-// Every tile of this file (Q, dO: [64][D]; a warpgroup's K, V: [64][D]; its dS^T: [64][64]) has TILE_ROWS = 64 rows and is stored in wgmma's
-// 128-byte swizzle atoms: swizzle<TILE_ROWS>(row, chunk) (wgmma.cuh) is where chunk `chunk` (16 bytes, elements
-// 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves. A warp's stores of dS^T (the same chunk of 8 consecutive
-// keys, rows g and g + 8 of its fragments) land in 8 different bank groups there, as with phase 5's swizzle.
+// Every tile of this file (Q, dO: [64][D]; a warpgroup's K, V: [64][D]; its dS^T: [64][64]) has TILE_ROWS = 64
+// rows and is stored in wgmma's 128-byte swizzle atoms: swizzle<TILE_ROWS>(row, chunk) (wgmma.cuh) is where chunk
+// `chunk` (16 bytes, elements 8 chunk .. 8 chunk + 7) of tile row `row` lives, in halves. A warp's stores of dS^T
+// (the same chunk of 8 consecutive keys, rows g and g + 8 of its fragments) land in 8 different bank groups there,
+// as with phase 5's swizzle.
 #define TILE_ROWS 64
 
 // dQ's share of a Q tile, [BLOCK_M][D] float32, goes to the TMA in boxes of DQ_BOX_COLUMNS = 32 columns (128 bytes a
@@ -182,12 +183,13 @@ backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, co
 // base 2 and its Delta [BLOCK_M].
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS, 1)
-backward_two_warpgroups_kernel(const __grid_constant__ CUtensorMap dq_map, const T *__restrict__ q, fa_strides q_strides,
-                        const T *__restrict__ k, fa_strides k_strides, const T *__restrict__ v, fa_strides v_strides,
-                        const T *__restrict__ dout, fa_strides do_strides, const float *__restrict__ lse,
-                        const float *__restrict__ delta, float *__restrict__ dk, fa_strides dk_strides,
-                        float *__restrict__ dv, fa_strides dv_strides, int64_t S_q, int64_t S_k, int64_t H,
-                        int64_t bh_first, float scale, int causal) {
+backward_two_warpgroups_kernel(const __grid_constant__ CUtensorMap dq_map, const T *__restrict__ q,
+                               fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
+                               const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout,
+                               fa_strides do_strides, const float *__restrict__ lse, const float *__restrict__ delta,
+                               float *__restrict__ dk, fa_strides dk_strides, float *__restrict__ dv,
+                               fa_strides dv_strides, int64_t S_q, int64_t S_k, int64_t H, int64_t bh_first,
+                               float scale, int causal) {
     static_assert(BLOCK_N == WARPS * WARP_ROWS && BLOCK_N == WARPGROUPS * TILE_ROWS, "one warp per 16 keys");
     static_assert(BLOCK_M == 64, "one wgmma (N = 64) covers the Q tile's queries, and one (M = 64) dQ's");
     constexpr int D_STEPS = D / MMA_K;              // wgmma steps along d (S^T, dP^T)
@@ -278,8 +280,8 @@ backward_two_warpgroups_kernel(const __grid_constant__ CUtensorMap dq_map, const
 
         // S^T = K Q^T and dP^T = V dO^T: 64 keys x BLOCK_M queries each, one wgmma per 16 dims; this lane's
         // st[qb] and dpt[qb] are the accumulator fragments of queries 8qb .. 8qb + 7 for keys key_g and key_g + 8.
-        // A is the warpgroup's K (or V) tile, B the whole Q (or dO) tile, both read as stored (K-major): the descriptors
-        // are the forward's S = Q K^T ones, with Q and K swapped.
+        // A is the warpgroup's K (or V) tile, B the whole Q (or dO) tile, both read as stored (K-major): the
+        // descriptors are the forward's S = Q K^T ones, with Q and K swapped.
         float st[Q_BLOCKS][4], dpt[Q_BLOCKS][4];
 #pragma unroll
         for (int qb = 0; qb < Q_BLOCKS; qb++)

@@ -21,6 +21,8 @@
 //   step 6a (6a_dq_by_tma_*): step 6 in one pass, dQ on wgmma and summed into global memory by the TMA;
 //   step 6b (6b_dq_beside_dkdv_*): step 6a with dQ's product queued behind dV's and dK's.
 //   step 6c (6c_two_key_warpgroups_*): step 6a with two warpgroups over 128 keys, sharing the Q tiles' loads.
+//   step 6d (6d_descriptors_once_*): step 6c with its wgmma descriptors built once, in uniform registers.
+//   step 6e (6e_exp2_ftz_*): step 6d with each exp2 of P^T one MUFU.EX2 (exp2_ftz).
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -135,6 +137,12 @@ void flash_backward_dq_beside_dkdv_cuda(const fa_shape *shape, int dtype, int bl
 #define HOPPER_TWO_WARPGROUPS_BLOCK_N 128
 void flash_backward_two_warpgroups_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                         const tc_backward_tensors *t);
+// Step 6d (6d_descriptors_once_cuda.cu): step 6c with each wgmma descriptor built once and moved by additions;
+// step 6e (6e_exp2_ftz_cuda.cu): step 6d with exp2_ftz for P^T. Step 6c's tiles, shared memory and arguments.
+void flash_backward_descriptors_once_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                          const tc_backward_tensors *t);
+void flash_backward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                  const tc_backward_tensors *t);
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.
 int hopper_cuda_check_device(char *why, size_t why_len);

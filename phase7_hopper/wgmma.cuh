@@ -66,6 +66,12 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void *start, uint32_t 
            (uint64_t)(stride_bytes >> 4) << 32 | (uint64_t)1 << 62;
 }
 
+// The descriptor of the operand that starts `bytes` further on in shared memory than `base`'s: only the start address
+// changes (bits 0-13, in 16-byte units), so one addition moves a descriptor built once along a tile (step 6d), where
+// smem_descriptor() converts, masks and shifts an address for every wgmma. The tiles of a block lie far below the
+// 256 KiB the field covers, so the sum never carries into the next field.
+__device__ __forceinline__ uint64_t descriptor_at(uint64_t base, uint32_t bytes) { return base + (bytes >> 4); }
+
 // --- The asynchronous protocol ------------------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
