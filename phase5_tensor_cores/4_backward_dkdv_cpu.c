@@ -103,10 +103,8 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
                     dp_c[i] = p * (dp_c[i] - w->delta[i]);
                     s_c[i] = p;
                 }
-                for (int64_t i = 0; i < M_pad; i++) {
-                    s_c[i] = fa_round_to_dtype(s_c[i], dtype);
-                    dp_c[i] = fa_round_to_dtype(dp_c[i], dtype);
-                }
+                round_to_half(s_c, M_pad, dtype);
+                round_to_half(dp_c, M_pad, dtype);
             }
             // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci Q_i (the second and fourth mmas), `group` keys x
             //    `cols` dims at a time (the last block of dims may run past D, into D_pad's zeros).

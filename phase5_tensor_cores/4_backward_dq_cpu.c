@@ -90,7 +90,7 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
                     const float p = fa_exp2(j < j_end ? x : -INFINITY);   // 2^-inf = 0
                     dp_i[j] = p * (dp_i[j] - w->delta[i0 + r]);
                 }
-                for (int64_t j = 0; j < N_pad; j++) dp_i[j] = fa_round_to_dtype(dp_i[j], dtype);
+                round_to_half(dp_i, N_pad, dtype);
             }
             // dQ_i += sum_j dS_ij K_j, `group` queries x `cols` dims at a time, in key order: the same sum, in the same
             // order, every run.

@@ -15,6 +15,7 @@
 #include "fa_tensor.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
 // The register block: `group` rows x `cols` columns of float32 sums, sized for the CPU the program runs on
@@ -96,18 +97,87 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     return w;
 }
 
+// P and dS rounded to the half type, in place: the values fa_round_to_dtype() gives (fa_half.c), bit for bit, NaN
+// and Inf included, but written without branches and inlined, so that the loop over a row vectorises. Called once
+// per value, fa_round_to_dtype() cost as much as the products. The bits: a float32 keeps the half type's bits at
+// the top (bf16: 16 bits dropped, fp16: 13), and rounding to nearest, ties to even, adds just under half of what
+// is dropped, plus one where the kept part is odd, then clears the dropped bits (a carry bumps the exponent).
+static inline uint32_t float_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits;
+}
+
+static inline float bits_float(uint32_t bits) {
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+static inline uint32_t round_off_low_bits(uint32_t bits, int dropped) {
+    const uint32_t half_minus_one = (1u << (dropped - 1)) - 1u, kept_odd = (bits >> dropped) & 1u;
+    return (bits + half_minus_one + kept_odd) & ~((1u << dropped) - 1u);
+}
+
+// bf16 is the top half of a float32, with its exponent: every float32 rounds the same way. A NaN stays a (quiet) NaN.
+FA_SIMD_INLINE float round_to_bf16(float x) {
+    const uint32_t bits = float_bits(x);
+    const int nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    return bits_float(nan ? (bits & 0xffff0000u) | 0x00400000u : round_off_low_bits(bits, 16));
+}
+
+// fp16 has 5 exponent bits: normal from 2^-14 (then the float32's bits round as above), subnormal below, in steps of
+// 2^-24 (RNE(|x| / 2^-24) * 2^-24: adding 0.75 puts |x| < 2^-14 where float32's steps are 2^-24, so the addition
+// rounds it there, ties to even, and subtracting 0.75 again is exact), Inf from 65520 (65504 + half a step) up.
+FA_SIMD_INLINE float round_to_fp16(float x) {
+    const uint32_t bits = float_bits(x), sign = bits & 0x80000000u, magnitude = bits & 0x7fffffffu;
+    const float subnormal = (bits_float(magnitude) + 0.75f) - 0.75f;
+    uint32_t rounded = round_off_low_bits(magnitude, 13);
+    rounded = magnitude < 0x38800000u ? float_bits(subnormal) : rounded;
+    rounded = magnitude >= 0x477ff000u ? 0x7f800000u : rounded;
+    rounded = magnitude > 0x7f800000u ? (magnitude & 0x7fffe000u) | 0x00400000u : rounded;   // NaN: stays a NaN
+    return bits_float(sign | rounded);
+}
+
+// A half value in float32 (exact): the value fa_half_to_float() gives (fa_half.c), bit for bit, without branches.
+// bf16: its bits are the top half of the float32's. fp16: the exponent rebiased (15 to 127) and the mantissa moved to
+// the top; all ones (Inf, NaN) stays all ones; a subnormal fp16 (exponent 0) is its mantissa times 2^-24.
+FA_SIMD_INLINE float half_to_float(uint16_t h, int dtype) {
+    if (dtype == FA_DTYPE_BF16) return bits_float((uint32_t)h << 16);
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    const uint32_t normal = exponent == 0x1fu ? 0x7f800000u | (mantissa << 13)
+                                              : ((exponent + 112u) << 23) | (mantissa << 13);
+    const uint32_t subnormal = float_bits((float)mantissa * 0x1p-24f);
+    return bits_float(sign | (exponent == 0 ? subnormal : normal));
+}
+
+FA_SIMD_INLINE void round_to_half(float *x, int64_t n, int dtype) {
+    if (dtype == FA_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) x[i] = round_to_fp16(x[i]);
+}
+
 // Rows first .. first + count - 1 of a [S, D] half tensor (its head's start, row stride, d stride) into float32
 // tiles: `rows` as [count][D_pad] and, when `cols` is not NULL, transposed as [D][cols_pad]. Rows past `exist` are
-// zeros, as the GPU's loads make them.
-static inline void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t first, int64_t count,
-                              int64_t exist, int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t d = 0; d < D; d++) {
-            const float value = first + r < exist ? fa_half_to_float(x[(first + r) * strides.s + d * strides.d], dtype)
-                                                  : 0.0f;
-            rows[r * D_pad + d] = value;
-            if (cols) cols[d * cols_pad + r] = value;
-        }
+// zeros, as the GPU's loads make them. The conversion is half_to_float() above, inlined: where d is contiguous, the
+// loop over a row is a vector loop.
+FA_SIMD_INLINE void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t first, int64_t count,
+                               int64_t exist, int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
+    for (int64_t r = 0; r < count; r++) {
+        const uint16_t *x_r = x + (first + r) * strides.s;
+        float *row = rows + r * D_pad;
+        if (first + r >= exist)
+            for (int64_t d = 0; d < D; d++) row[d] = 0.0f;
+        else if (strides.d == 1 && dtype == FA_DTYPE_BF16)
+            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d], FA_DTYPE_BF16);
+        else if (strides.d == 1)
+            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d], FA_DTYPE_FP16);
+        else
+            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d * strides.d], dtype);
+        if (cols)
+            for (int64_t d = 0; d < D; d++) cols[d * cols_pad + r] = row[d];
+    }
 }
 
 // The two micro-kernels. As in step 1, the group x cols sums are a small local array that GCC and Clang keep in
@@ -121,7 +191,9 @@ static inline void stage_rows(const uint16_t *x, fa_strides strides, int dtype, 
 // values of b_t once and `group` values of a, and does group * cols multiply-adds with them.
 FA_SIMD_INLINE void along_d_micro_kernel(int group, int cols, const float *a, int64_t D_pad, const float *b_t,
                                          int64_t b_pad, int64_t D, float *out, int64_t out_pad) {
-    float sum[MAX_ROWS][MAX_VEC] = {{0.0f}};
+    float sum[MAX_ROWS][MAX_VEC];
+    for (int r = 0; r < group; r++)
+        for (int jj = 0; jj < cols; jj++) sum[r][jj] = 0.0f;
     for (int64_t d = 0; d < D; d++) {
         const float *b_d = b_t + d * b_pad;
 #pragma GCC unroll 8
