@@ -10,6 +10,7 @@
 
 #include "bf16_dot.h"
 
+#include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_simd.h"   // FA_SIMD_INLINE: the micro-kernels inlined into each SIMD version of the programs
 #include "fa_tensor.h"
@@ -44,14 +45,13 @@ typedef struct {
     int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC
     int64_t R_pad;                 // the larger of M_pad and N_pad
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q and dO rows (half values, exact in float32)
-    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
+    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dQ pass's S^T, dP^T (queries in vectors)
     float *k_tile, *v_tile;        // [N_pad, D_pad]  K and V rows
-    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dQ pass sums along the keys
+    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dK/dV pass's S, dP (keys in vectors)
     float *lse2, *delta;           // [M_pad]         LSE_i * LOG2E and Delta_i of the Q tile
     float *acc_a, *acc_b;          // [max(M, N)_pad, D_pad]  dK and dV (dK/dV pass), dQ (dQ pass) accumulators
-    float *s, *dp;                 // [group, M_pad] rows of S^T (then P^T, rounded) and of dP^T (then dS^T,
-                                   // rounded); [group, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
-    float *ds_tile;                // [M_pad, N_pad]  dS of the tile, rounded, for the atomic dQ (shared memory)
+    float *p_tile, *ds_tile;       // [M_pad * N_pad]  S, then P, rounded; dP, then dS, rounded: [queries][keys] in
+                                   // the dK/dV pass, transposed ([keys][queries]: S^T, dS^T) in the dQ pass
     float *dq_rows;                // [group, D_pad]  the atomic dQ's share of a group of rows, before it is added
     // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
     uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
@@ -63,7 +63,7 @@ static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
     return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
-           2 * MAX_ROWS * R_pad + M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
+           2 * M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
 }
 
 static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
@@ -85,8 +85,7 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.delta = next, next += w.M_pad;
     w.acc_a = next, next += R_pad * w.D_pad;
     w.acc_b = next, next += R_pad * w.D_pad;
-    w.s = next, next += MAX_ROWS * R_pad;
-    w.dp = next, next += MAX_ROWS * R_pad;
+    w.p_tile = next, next += w.M_pad * w.N_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
     w.dq_rows = next, next += MAX_ROWS * w.D_pad;
     uint16_t *bits = (uint16_t *)next;
@@ -180,6 +179,27 @@ FA_SIMD_INLINE void stage_rows(const uint16_t *x, fa_strides strides, int dtype,
     }
 }
 
+// P and dS along one row of a tile pair, in place: s holds n scores (a row of S, or of S^T in the dQ pass) and
+// becomes P = 2^(s * qk_scale - LSE_i * LOG2E); dp holds dP and becomes dS = P * (dP - Delta_i), from the float32 P.
+// Positions first .. end - 1 are seen; the others are masked (a key past S_k, a query past S_q, a key after the
+// query): their score is -inf, and 2^-inf = 0. lse2 and delta are read at j * step: step 0 where the row is one
+// query's (one value for the row), 1 where it is one key's (a value per query); every call passes it as a literal.
+// Three loops, so that the two that compute run in whole vectors: a test of j inside them would compare integer
+// vectors, which the "fma" version of FA_SIMD_CLONES has only in 128 bits, and the whole loop would run in those.
+FA_SIMD_INLINE void p_and_ds(float *s, float *dp, int64_t n, int64_t first, int64_t end, float qk_scale,
+                             const float *lse2, const float *delta, int64_t step) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) s[j] = s[j] * qk_scale - lse2[j * step];   // the base-2 score
+    for (int64_t j = 0; j < first && j < n; j++) s[j] = -INFINITY;
+    for (int64_t j = end > first ? end : first; j < n; j++) s[j] = -INFINITY;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        const float p = fa_exp2(s[j]);
+        dp[j] = p * (dp[j] - delta[j * step]);
+        s[j] = p;
+    }
+}
+
 // The two micro-kernels. As in step 1, the group x cols sums are a small local array that GCC and Clang keep in
 // vector registers because the row loop is unrolled completely and the column loop vectorised; for that the compiler
 // must know the block: every call passes it as literals, 4 x 16 or 8 x 32 (along_d() and along_rows() below pick the
@@ -207,11 +227,13 @@ FA_SIMD_INLINE void along_d_micro_kernel(int group, int cols, const float *a, in
         for (int jj = 0; jj < cols; jj++) out[r * out_pad + jj] = sum[r][jj];
 }
 
-// Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
-// `cols` dims of it), for `group` rows of a ([group][a_pad], the rounded P^T, dS^T or dS) and acc ([group][D_pad]).
+// Sums along the rows of a tile: acc[r][dd] += sum_i a(r, i) * b[i][dd] over the first n rows of b ([rows][D_pad],
+// `cols` dims of it), for `group` rows of acc ([group][D_pad]). a(r, i) is a[r * a_row + i * a_step]: a tile read as
+// it is (a_row = its row length, a_step = 1) or as its transpose (a_row = 1, a_step = its row length), since each
+// of its values is broadcast alone: the rounded P and dS are read as P^T and dS^T that way, and the other way round.
 // The sums start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
-FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a, int64_t a_pad, int n, const float *b,
-                                            int64_t D_pad, float *acc) {
+FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a, int64_t a_row, int64_t a_step, int n,
+                                            const float *b, int64_t D_pad, float *acc) {
     float sum[MAX_ROWS][MAX_VEC];
     for (int r = 0; r < group; r++)
         for (int dd = 0; dd < cols; dd++) sum[r][dd] = acc[r * D_pad + dd];
@@ -219,7 +241,7 @@ FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a,
         const float *b_i = b + i * D_pad;
 #pragma GCC unroll 8
         for (int r = 0; r < group; r++) {
-            const float a_ri = a[r * a_pad + i];
+            const float a_ri = a[r * a_row + i * a_step];
 #pragma omp simd
             for (int dd = 0; dd < cols; dd++) sum[r][dd] += a_ri * b_i[dd];
         }
@@ -236,10 +258,10 @@ FA_SIMD_INLINE void along_d(int group, const float *a, int64_t D_pad, const floa
     else along_d_micro_kernel(4, 16, a, D_pad, b_t, b_pad, D, out, out_pad);
 }
 
-FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
-                               float *acc) {
-    if (group == 8) along_rows_micro_kernel(8, 32, a, a_pad, n, b, D_pad, acc);
-    else along_rows_micro_kernel(4, 16, a, a_pad, n, b, D_pad, acc);
+FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
+                               int64_t D_pad, float *acc) {
+    if (group == 8) along_rows_micro_kernel(8, 32, a, a_row, a_step, n, b, D_pad, acc);
+    else along_rows_micro_kernel(4, 16, a, a_row, a_step, n, b, D_pad, acc);
 }
 
 // The two passes (each one parallel loop over its programs, the CUDA grid of its kernel) and the preprocess.
