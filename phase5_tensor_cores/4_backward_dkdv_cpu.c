@@ -4,15 +4,18 @@
 //   and are read into float32 tiles (exactly); every product is a float32 sum of exact products of half values, as
 //   on a tensor core; P is rounded to the half type before dV += P^T dO, and dS before dK += dS^T Q (and, in the
 //   atomic variant, dQ += dS K), because on the GPU each of them becomes the half A operand of an mma; dS itself is
-//   formed from the float32 P, and Delta, LSE and the gradients stay float32. The pass walks the problem the way the
-//   GPU's warps do: by keys (a warp owns 16 keys and computes S^T = K Q^T). So the CPU and the GPU round at the same
-//   points and agree to float32 differences (the order of the additions).
+//   formed from the float32 P, and Delta, LSE and the gradients stay float32. So the CPU and the GPU round at the
+//   same points and agree to float32 differences (the order of the additions).
+//   The GPU's warps walk the problem by keys (a warp owns 16 keys and computes S^T = K Q^T); this pass computes the
+//   same sums as S = Q K^T, by queries, because on the CPU a transposed copy is a scalar store per value, and the
+//   tile to transpose is the one that stays: K and V are staged transposed once per program, and each Q tile is a
+//   vector copy of its rows. dV += P^T dO and dK += dS^T Q read P and dS by columns.
 //   And it is register-blocked as step 1 (phase5_tensor_cores/1_register_tiles_cpu.c), for the same reason: each
-//   product is computed a block of keys x columns at a time, 4 x 16 with AVX2 and 8 x 32 with AVX-512 (sized for the
+//   product is computed a block of rows x columns at a time, 6 x 16 with AVX2 and 8 x 32 with AVX-512 (sized for the
 //   CPU it runs on, block_rows()), in one of two micro-kernels named after the CUDA twin's two mma loops
-//   (backward_tiles.h): sums along d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T) and sums along the
-//   rows of a tile (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with
-//   AVX512_BF16, the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
+//   (backward_tiles.h): sums along d (along_d_micro_kernel: S = Q K^T, dP = dO V^T) and sums along the rows of a tile
+//   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with AVX512_BF16,
+//   the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
 //   phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran).
 // The dQ pass: phase5_tensor_cores/4_backward_dq_cpu.c; the preprocess and the order: 4_backward_cpu.c.
 // CUDA twin: phase5_tensor_cores/4_backward_dkdv_cuda.cu

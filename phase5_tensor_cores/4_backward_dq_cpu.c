@@ -3,10 +3,12 @@
 // What it adds over phase 4's dQ pass (phase4_backward/backward_dq_cpu.c): the half inputs and the roundings of the
 //   dK/dV pass (4_backward_dkdv_cpu.c says where and why): S = Q K^T and dP = dO V^T are float32 sums of exact
 //   products of half values, dS is formed from the float32 P and rounded to the half type before dQ += dS K, as the
-//   GPU's mma takes it. The pass walks the problem by queries, as the forward does (a warp owns 16 queries), and is
-//   register-blocked 4 queries x 16 columns at a time with AVX2, 8 x 32 with AVX-512 (the micro-kernels of
-//   backward_tiles.h, block_rows()). Every dQ_i is
-//   summed by one program in one fixed order: the same bits on every run, whatever the number of threads.
+//   GPU's mma takes it. The GPU's warps walk the problem by queries, as the forward does (a warp owns 16 queries);
+//   this pass computes the same sums as S^T = K Q^T and dP^T = V dO^T, by keys, the mirror of the dK/dV pass: Q and
+//   dO, the tiles that stay, are staged transposed once per program, each K/V tile is a vector copy of its rows, and
+//   dQ += dS K reads dS by columns of dS^T. Register-blocked 6 rows x 16 columns at a time with AVX2, 8 x 32 with
+//   AVX-512 (the micro-kernels of backward_tiles.h, block_rows()). Every dQ_i is summed by one program in one fixed
+//   order: the same bits on every run, whatever the number of threads.
 // CUDA twin: phase5_tensor_cores/4_backward_dq_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dq_cpu.c phase5_tensor_cores/4_backward_dq_cpu.c
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64

@@ -1,8 +1,9 @@
 // backward_tiles.h - phase 5, step 4 on the CPU: what its two passes share (4_backward_dkdv_cpu.c, the dK/dV pass,
 // and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
-// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on, in
-// a block sized for the CPU the program runs on (4 x 16 with AVX2, 8 x 32 with AVX-512). 4_backward_cpu.c runs the
-// preprocess and the two passes in order.
+// half rows into float32 tiles, the rounding of P and dS to the half type (the two inlined, without branches, bit for
+// bit fa_half.c's), P and dS along a row, and the two register-blocked micro-kernels every product of the backward
+// runs on, in a block sized for the CPU the program runs on (6 x 16 with AVX2, 8 x 32 with AVX-512).
+// 4_backward_cpu.c runs the preprocess and the two passes in order.
 #ifndef BACKWARD_TILES_H
 #define BACKWARD_TILES_H
 
@@ -20,29 +21,36 @@
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
 // The register block: `group` rows x `cols` columns of float32 sums, sized for the CPU the program runs on
-// (block_rows()): 4 x 16 with AVX2, 8 AVX2 registers; 8 x 32 with AVX-512, 16 of its 32 registers. The same 4 x 16
-// would be only 4 AVX-512 registers of sums, where two FMA units 4 cycles deep need 8 in flight, and vdpbf16ps
-// (bf16_dot.c) as many or more. The AVX-512 block doubles both sides: per step it loads 2 vectors and broadcasts 8
-// values for 16 multiply-adds, 16 independent sums cover the latency of either instruction with room to spare, and
-// 8 rows divide the 32-column padding, so one padding rule serves both blocks. Which products each sum adds, and in
-// what order, does not depend on the block: the gradients are the same bits at either size.
-// Tiles are padded with zeros to a multiple of MAX_VEC columns (and so of either block's rows).
+// (block_rows()): 6 x 16 with AVX2, 12 of its 16 registers; 8 x 32 with AVX-512, 16 of its 32. Two FMA units 4 cycles
+// deep need 8 independent sums in flight: a 4 x 16 block has exactly 8 and none to spare, and per step loads 2
+// vectors and broadcasts 4 values for 8 multiply-adds; 6 x 16, the classic AVX2 SGEMM block (step 5's), loads 2 and
+// broadcasts 6 for 12, and leaves 3 registers for the loads and the broadcast. In 512-bit registers 6 x 16 would be
+// only 6 sums, and vdpbf16ps (bf16_dot.c) needs as many as an FMA or more: the AVX-512 block is 8 x 32, per step 2
+// vectors loaded and 8 values broadcast for 16 multiply-adds, 16 independent sums that cover the latency of either
+// instruction with room to spare. Which products each sum adds, and in what order, does not depend on the block:
+// the gradients are the same bits at either size.
+// Tiles are padded with zeros to a multiple of MAX_VEC columns and of AVX2_ROWS rows (pad_rows()): a whole block of
+// either size fits past the last row of a tile.
 #define MAX_ROWS 8
+#define AVX2_ROWS 6
 #define MAX_VEC 32
 _Static_assert(MAX_ROWS == BF16_DOT_ROWS && MAX_VEC == BF16_DOT_COLS, "bf16_dot_along_d computes the AVX-512 block");
 
 // Rows in a micro-kernel's block on this CPU (fa_simd.h: the vector width of the version of the hot loops the CPU
 // runs); the columns follow from them (block_cols()). bf16_dot_along_d runs only on AVX-512 CPUs and computes the
 // AVX-512 block.
-static inline int block_rows(int dtype) { return fa_simd_vector_floats() >= 16 || bf16_dot_available(dtype) ? 8 : 4; }
-static inline int block_cols(int group) { return group == 8 ? 32 : 16; }
+static inline int block_rows(int dtype) {
+    return fa_simd_vector_floats() >= 16 || bf16_dot_available(dtype) ? MAX_ROWS : AVX2_ROWS;
+}
+static inline int block_cols(int group) { return group == MAX_ROWS ? 32 : 16; }
 
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+static inline int64_t pad_rows(int64_t x) { return round_up(round_up(x, MAX_VEC), AVX2_ROWS); }
 
 // One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers. The two
 // passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
 typedef struct {
-    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N padded (pad_rows()), D to a multiple of MAX_VEC
     int64_t R_pad;                 // the larger of M_pad and N_pad
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q and dO rows (half values, exact in float32)
     float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dQ pass's S^T, dP^T (queries in vectors)
@@ -54,13 +62,12 @@ typedef struct {
                                    // the dK/dV pass, transposed ([keys][queries]: S^T, dS^T) in the dQ pass
     float *dq_rows;                // [group, D_pad]  the atomic dQ's share of a group of rows, before it is added
     // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
-    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
-    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] Q and dO (dK/dV pass), K and V (dQ pass)
+    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      Q and dO (dK/dV pass), K and V (dQ pass)
+    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] K and V (dK/dV pass), Q and dO (dQ pass)
 } workspace;
 
 static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
-    const int64_t M_pad = round_up(block_m, MAX_VEC), N_pad = round_up(block_n, MAX_VEC);
-    const int64_t D_pad = round_up(D, MAX_VEC);
+    const int64_t M_pad = pad_rows(block_m), N_pad = pad_rows(block_n), D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
     return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
            2 * M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
@@ -68,7 +75,7 @@ static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
 
 static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
-    w.M_pad = round_up(block_m, MAX_VEC), w.N_pad = round_up(block_n, MAX_VEC), w.D_pad = round_up(D, MAX_VEC);
+    w.M_pad = pad_rows(block_m), w.N_pad = pad_rows(block_n), w.D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
     w.R_pad = R_pad;
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
@@ -96,11 +103,9 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     return w;
 }
 
-// P and dS rounded to the half type, in place: the values fa_round_to_dtype() gives (fa_half.c), bit for bit, NaN
-// and Inf included, but written without branches and inlined, so that the loop over a row vectorises. Called once
-// per value, fa_round_to_dtype() cost as much as the products. The bits: a float32 keeps the half type's bits at
-// the top (bf16: 16 bits dropped, fp16: 13), and rounding to nearest, ties to even, adds just under half of what
-// is dropped, plus one where the kept part is odd, then clears the dropped bits (a carry bumps the exponent).
+// The half type and float32, both ways, inlined and without branches, so that a loop over a row vectorises: the
+// same bits as fa_half_to_float() and fa_round_to_dtype() (common/fa_half.c), NaN and Inf included, for every
+// input. As calls into fa_half.c, one per value, the two took a large share of the backward's time.
 static inline uint32_t float_bits(float x) {
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
@@ -113,34 +118,9 @@ static inline float bits_float(uint32_t bits) {
     return x;
 }
 
-static inline uint32_t round_off_low_bits(uint32_t bits, int dropped) {
-    const uint32_t half_minus_one = (1u << (dropped - 1)) - 1u, kept_odd = (bits >> dropped) & 1u;
-    return (bits + half_minus_one + kept_odd) & ~((1u << dropped) - 1u);
-}
-
-// bf16 is the top half of a float32, with its exponent: every float32 rounds the same way. A NaN stays a (quiet) NaN.
-FA_SIMD_INLINE float round_to_bf16(float x) {
-    const uint32_t bits = float_bits(x);
-    const int nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    return bits_float(nan ? (bits & 0xffff0000u) | 0x00400000u : round_off_low_bits(bits, 16));
-}
-
-// fp16 has 5 exponent bits: normal from 2^-14 (then the float32's bits round as above), subnormal below, in steps of
-// 2^-24 (RNE(|x| / 2^-24) * 2^-24: adding 0.75 puts |x| < 2^-14 where float32's steps are 2^-24, so the addition
-// rounds it there, ties to even, and subtracting 0.75 again is exact), Inf from 65520 (65504 + half a step) up.
-FA_SIMD_INLINE float round_to_fp16(float x) {
-    const uint32_t bits = float_bits(x), sign = bits & 0x80000000u, magnitude = bits & 0x7fffffffu;
-    const float subnormal = (bits_float(magnitude) + 0.75f) - 0.75f;
-    uint32_t rounded = round_off_low_bits(magnitude, 13);
-    rounded = magnitude < 0x38800000u ? float_bits(subnormal) : rounded;
-    rounded = magnitude >= 0x477ff000u ? 0x7f800000u : rounded;
-    rounded = magnitude > 0x7f800000u ? (magnitude & 0x7fffe000u) | 0x00400000u : rounded;   // NaN: stays a NaN
-    return bits_float(sign | rounded);
-}
-
-// A half value in float32 (exact): the value fa_half_to_float() gives (fa_half.c), bit for bit, without branches.
-// bf16: its bits are the top half of the float32's. fp16: the exponent rebiased (15 to 127) and the mantissa moved to
-// the top; all ones (Inf, NaN) stays all ones; a subnormal fp16 (exponent 0) is its mantissa times 2^-24.
+// A half value in float32 (exact). bf16: its bits are the top half of the float32's. fp16: the exponent rebiased
+// (15 to 127) and the mantissa moved to the top; all ones (Inf, NaN) stays all ones; a subnormal fp16 (exponent 0)
+// is its mantissa times 2^-24.
 FA_SIMD_INLINE float half_to_float(uint16_t h, int dtype) {
     if (dtype == FA_DTYPE_BF16) return bits_float((uint32_t)h << 16);
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
@@ -150,6 +130,33 @@ FA_SIMD_INLINE float half_to_float(uint16_t h, int dtype) {
     return bits_float(sign | (exponent == 0 ? subnormal : normal));
 }
 
+// x rounded to bf16, to nearest, ties to even. bf16 is the top half of a float32: add just under half of the 16
+// bits dropped, plus one where the kept part is odd, then clear them (a carry bumps the exponent, past the largest
+// bf16 to Inf). A NaN stays a (quiet) NaN.
+FA_SIMD_INLINE float round_to_bf16(float x) {
+    const uint32_t bits = float_bits(x);
+    const int nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    return bits_float(nan ? (bits & 0xffff0000u) | 0x00400000u : (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u);
+}
+
+// x rounded to fp16, to nearest, ties to even. fp16 has 10 mantissa bits and 5 exponent bits: |x| rounds to a
+// multiple of 2^(e - 10), e its exponent, but not below 2^-24 (the subnormal steps, e = -14); from 65520 (65504 +
+// half a step) up it is Inf. The rounding is float32's own: |x| + 1.5 * 2^(e + 13) lies where float32's steps are
+// 2^(e - 10), so the addition rounds |x| to such a step, ties to even (the constant is an even number of steps), and
+// subtracting the constant again is exact. Float operations and bit masks only, where the bit arithmetic of bf16
+// would need integer vectors, which the "fma" version of FA_SIMD_CLONES has only in 128 bits.
+FA_SIMD_INLINE float round_to_fp16(float x) {
+    const uint32_t bits = float_bits(x), sign = bits & 0x80000000u, magnitude = bits & 0x7fffffffu;
+    const float a = bits_float(magnitude), two_e = bits_float(magnitude & 0x7f800000u);   // |x|, 2^e
+    const float step_base = isgreater(two_e, 0x1p-14f) ? two_e : 0x1p-14f;
+    const float constant = step_base * 12288.0f;   // 1.5 * 2^13 * 2^e
+    float rounded = (a + constant) - constant;
+    rounded = isgreaterequal(a, 65520.0f) ? INFINITY : rounded;
+    const uint32_t nan = (magnitude & 0x7fffe000u) | 0x00400000u;   // a NaN stays a (quiet) NaN
+    return bits_float(sign | (isunordered(a, a) ? nan : float_bits(rounded)));
+}
+
+// x[0 .. n - 1] rounded to the half type in place: P and dS before their products, where the GPU's mma takes them.
 FA_SIMD_INLINE void round_to_half(float *x, int64_t n, int dtype) {
     if (dtype == FA_DTYPE_BF16)
         for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
@@ -202,13 +209,14 @@ FA_SIMD_INLINE void p_and_ds(float *s, float *dp, int64_t n, int64_t first, int6
 
 // The two micro-kernels. As in step 1, the group x cols sums are a small local array that GCC and Clang keep in
 // vector registers because the row loop is unrolled completely and the column loop vectorised; for that the compiler
-// must know the block: every call passes it as literals, 4 x 16 or 8 x 32 (along_d() and along_rows() below pick the
+// must know the block: every call passes it as literals, 6 x 16 or 8 x 32 (along_d() and along_rows() below pick the
 // call for the group block_rows() chose), so that each inlined copy is a block of fixed size. Every product of the
 // two passes is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
 //
 // Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for `group` rows of a row-major tile a ([rows][D_pad]) and
 // `cols` columns of a transposed tile b_t ([D][b_pad]), written to out ([group][out_pad]). Per d it loads `cols`
-// values of b_t once and `group` values of a, and does group * cols multiply-adds with them.
+// values of b_t once and `group` values of a, and does group * cols multiply-adds with them. The sums start from
+// zero, the block's only: clearing the whole MAX_ROWS x MAX_VEC array took a 1 KiB memset per call.
 FA_SIMD_INLINE void along_d_micro_kernel(int group, int cols, const float *a, int64_t D_pad, const float *b_t,
                                          int64_t b_pad, int64_t D, float *out, int64_t out_pad) {
     float sum[MAX_ROWS][MAX_VEC];
@@ -254,14 +262,14 @@ FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a,
 // calls that name the block as literals (the branch costs nothing beside the block's multiply-adds).
 FA_SIMD_INLINE void along_d(int group, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
                             float *out, int64_t out_pad) {
-    if (group == 8) along_d_micro_kernel(8, 32, a, D_pad, b_t, b_pad, D, out, out_pad);
-    else along_d_micro_kernel(4, 16, a, D_pad, b_t, b_pad, D, out, out_pad);
+    if (group == MAX_ROWS) along_d_micro_kernel(MAX_ROWS, 32, a, D_pad, b_t, b_pad, D, out, out_pad);
+    else along_d_micro_kernel(AVX2_ROWS, 16, a, D_pad, b_t, b_pad, D, out, out_pad);
 }
 
 FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
                                int64_t D_pad, float *acc) {
-    if (group == 8) along_rows_micro_kernel(8, 32, a, a_row, a_step, n, b, D_pad, acc);
-    else along_rows_micro_kernel(4, 16, a, a_row, a_step, n, b, D_pad, acc);
+    if (group == MAX_ROWS) along_rows_micro_kernel(MAX_ROWS, 32, a, a_row, a_step, n, b, D_pad, acc);
+    else along_rows_micro_kernel(AVX2_ROWS, 16, a, a_row, a_step, n, b, D_pad, acc);
 }
 
 // The two passes (each one parallel loop over its programs, the CUDA grid of its kernel) and the preprocess.
