@@ -85,15 +85,14 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
             //    (the first two mmas, which the GPU computes transposed, S^T = K Q^T: the same sums), `cols` keys at
             //    a time.
             for (int j0 = 0; j0 < keys_pad; j0 += cols) {
+                float *s_block = p + i0 * N_pad + j0, *dp_block = ds + i0 * N_pad + j0;
                 if (bf16_dot) {
-                    bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, p + i0 * N_pad + j0,
-                                     N_pad);
-                    bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D,
-                                     ds + i0 * N_pad + j0, N_pad);
+                    bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s_block, N_pad);
+                    bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp_block, N_pad);
                     continue;
                 }
-                along_d(group, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, p + i0 * N_pad + j0, N_pad);
-                along_d(group, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, ds + i0 * N_pad + j0, N_pad);
+                along_d(group, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s_block, N_pad);
+                along_d(group, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp_block, N_pad);
             }
             // 2. P from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a key after
             //    the query), dS from the float32 P, and then both rounded to the half type: the A operands of dV's
@@ -112,8 +111,8 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
 
         // 3. dV_c += sum_i P_ic dO_i and dK_c += sum_i dS_ic Q_i (the second and fourth mmas), `group` keys x `cols`
         //    dims at a time, P and dS read by columns (as P^T and dS^T), the queries in order. The last group of keys
-        //    may run past the tile's: their P and dS are 0 and their dK and dV are never stored (as on the GPU). The
-        //    last block of dims may run past D, into D_pad's zeros.
+        //    may run past the tile's: their dK and dV are never stored (as on the GPU). The last block of dims may
+        //    run past D, into D_pad's zeros.
         for (int c0 = 0; c0 < keys; c0 += group)
             for (int64_t d0 = 0; d0 < D; d0 += cols) {
                 along_rows(group, p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);

@@ -72,15 +72,14 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
             // S_ij = Q_i . K_j and dP_ij = dO_i . V_j, float32 sums of exact products, computed as S^T = K Q^T and
             // dP^T = V dO^T (the same sums; the GPU computes S and dP), `cols` queries at a time.
             for (int i0 = 0; i0 < rows_pad; i0 += cols) {
+                float *s_block = s_t + c0 * M_pad + i0, *dp_block = ds_t + c0 * M_pad + i0;
                 if (bf16_dot) {
-                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D,
-                                     s_t + c0 * M_pad + i0, M_pad);
-                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D,
-                                     ds_t + c0 * M_pad + i0, M_pad);
+                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s_block, M_pad);
+                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp_block, M_pad);
                     continue;
                 }
-                along_d(group, w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s_t + c0 * M_pad + i0, M_pad);
-                along_d(group, w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, ds_t + c0 * M_pad + i0, M_pad);
+                along_d(group, w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s_block, M_pad);
+                along_d(group, w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp_block, M_pad);
             }
             // P (0 for a key past S_k, a query past S_q and, on a diagonal tile, a query before the key), dS from the
             // float32 P, rounded for dS K.
