@@ -4,15 +4,18 @@
 //   and are read into float32 tiles (exactly); every product is a float32 sum of exact products of half values, as
 //   on a tensor core; P is rounded to the half type before dV += P^T dO, and dS before dK += dS^T Q (and, in the
 //   atomic variant, dQ += dS K), because on the GPU each of them becomes the half A operand of an mma; dS itself is
-//   formed from the float32 P, and Delta, LSE and the gradients stay float32. The pass walks the problem the way the
-//   GPU's warps do: by keys (a warp owns 16 keys and computes S^T = K Q^T). So the CPU and the GPU round at the same
-//   points and agree to float32 differences (the order of the additions).
+//   formed from the float32 P, and Delta, LSE and the gradients stay float32. So the CPU and the GPU round at the
+//   same points and agree to float32 differences (the order of the additions).
+//   The GPU's warps walk the problem by keys (a warp owns 16 keys and computes S^T = K Q^T); this pass computes the
+//   same sums as S = Q K^T, by queries, because on the CPU a transposed copy is a scalar store per value, and the
+//   tile to transpose is the one that stays: K and V are staged transposed once per program, and each Q tile is a
+//   vector copy of its rows. dV += P^T dO and dK += dS^T Q read P and dS by columns.
 //   And it is register-blocked as step 1 (phase5_tensor_cores/1_register_tiles_cpu.c), for the same reason: each
-//   product is computed a block of keys x columns at a time, 4 x 16 with AVX2 and 8 x 32 with AVX-512 (sized for the
+//   product is computed a block of rows x columns at a time, 6 x 16 with AVX2 and 8 x 32 with AVX-512 (sized for the
 //   CPU it runs on, block_rows()), in one of two micro-kernels named after the CUDA twin's two mma loops
-//   (backward_tiles.h): sums along d (along_d_micro_kernel: S^T = K Q^T, dP^T = V dO^T) and sums along the
-//   rows of a tile (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with
-//   AVX512_BF16, the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
+//   (backward_tiles.h): sums along d (along_d_micro_kernel: S = Q K^T, dP = dO V^T) and sums along the rows of a tile
+//   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with AVX512_BF16,
+//   the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
 //   phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran).
 // The dQ pass: phase5_tensor_cores/4_backward_dq_cpu.c; the preprocess and the order: 4_backward_cpu.c.
 // CUDA twin: phase5_tensor_cores/4_backward_dkdv_cuda.cu
@@ -30,7 +33,7 @@
 FA_SIMD_CLONES
 static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int group, int64_t bh,
                          int64_t k_start, const tc_backward_tensors *t, int atomic_dq, workspace *w) {
-    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, M_pad = w->M_pad, N_pad = w->N_pad;
+    const int64_t S_q = shape->Sq, S_k = shape->Sk, D = shape->D, N_pad = w->N_pad;
     const int64_t D_pad = w->D_pad;
     const float scale = shape->scale, qk_scale = scale * LOG2E;
     const int64_t b = bh / shape->H, h = bh % shape->H;
@@ -41,15 +44,18 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
     const float *lse = t->lse + bh * S_q, *delta = t->delta + bh * S_q;
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
     float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
+    float *p = w->p_tile, *ds = w->ds_tile;   // [M_pad][N_pad]: P and dS of the tile pair, queries x keys
     const int bf16_dot = bf16_dot_available(dtype);   // then group is 8: bf16_dot_along_d's block
     const int cols = block_cols(group);
+    const int keys_pad = (int)round_up(keys, cols);   // whole blocks of keys
 
-    stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
-    stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
+    // The K/V tile, once: transposed for S = Q K^T and dP = dO V^T (keys in vectors), K's rows for the atomic dQ.
+    stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
+    stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, w->v_t, N_pad);
     if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
         memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
-        bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_a, NULL, 0);
-        bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_b, NULL, 0);
+        bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_a, N_pad);
+        bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_b, N_pad);
     }
     for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
 
@@ -60,75 +66,69 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
         const int stage = causal_tile_stage(shape->causal, q_start, k_start, BLOCK_M, BLOCK_N, S_q, S_k);
         if (stage == TILE_FUTURE) continue;
         const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
-        stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
-        stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
+        // The Q tile's rows, a vector copy each: the tile that changes every iteration is the one read as it is.
+        stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
+        stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
         if (bf16_dot) {
-            bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_a, M_pad);
-            bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_b, M_pad);
+            bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_a, NULL, 0);
+            bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_b, NULL, 0);
         }
         for (int i = 0; i < BLOCK_M; i++) {
             w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
             w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
         }
 
-        // The warps' keys, `group` at a time: keys c0 .. c0 + group - 1 are rows of S^T = K Q^T and dP^T = V dO^T.
-        // The last group may run past the tile's keys: those rows of K and V are zeros, their P is 0 and their dK
-        // and dV are never stored (as on the GPU).
-        for (int c0 = 0; c0 < keys; c0 += group) {
-            float *s = w->s, *dp = w->dp;   // [group][M_pad]
-            // 1. s_ci = K_c . Q_i and dp_ci = V_c . dO_i for every query i of the tile, float32 sums of exact
-            //    products (the first two mmas), `cols` queries at a time.
-            for (int64_t i0 = 0; i0 < M_pad; i0 += cols) {
+        // The queries, `group` at a time: `group` rows of S and of dP. The last group may run past the tile's
+        // queries: those rows of Q and dO are zeros, their P and dS are 0 and they add nothing.
+        for (int i0 = 0; i0 < rows; i0 += group) {
+            // 1. s_ij = Q_i . K_j and dp_ij = dO_i . V_j for every key j of the tile, float32 sums of exact products
+            //    (the first two mmas, which the GPU computes transposed, S^T = K Q^T: the same sums), `cols` keys at
+            //    a time.
+            for (int j0 = 0; j0 < keys_pad; j0 += cols) {
+                float *s_block = p + i0 * N_pad + j0, *dp_block = ds + i0 * N_pad + j0;
                 if (bf16_dot) {
-                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s + i0, M_pad);
-                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp + i0, M_pad);
+                    bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s_block, N_pad);
+                    bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp_block, N_pad);
                     continue;
                 }
-                along_d(group, w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s + i0, M_pad);
-                along_d(group, w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp + i0, M_pad);
+                along_d(group, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s_block, N_pad);
+                along_d(group, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp_block, N_pad);
             }
-            // 2. P^T from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a query
-            //    before the key), dS^T from the float32 P, and then both rounded to the half type: the A operands of
-            //    dV's and dK's mmas. (Two loops: the first one vectorises, the rounding is a call per value.)
+            // 2. P from the log-sum-exp (0 for a key past S_k, a query past S_q or, on a diagonal tile, a key after
+            //    the query), dS from the float32 P, and then both rounded to the half type: the A operands of dV's
+            //    and dK's mmas.
             for (int r = 0; r < group; r++) {
-                const int64_t key = k_start + c0 + r;
-                // The queries that see this key: i_first .. i_end - 1 (none for a key past S_k).
-                const int64_t i_first = stage == TILE_DIAGONAL && key > q_start ? key - q_start : 0;
-                const int64_t i_end = c0 + r < keys ? rows : 0;
-                float *s_c = s + r * M_pad, *dp_c = dp + r * M_pad;
-#pragma omp simd
-                for (int64_t i = 0; i < M_pad; i++) {
-                    const float x = s_c[i] * qk_scale - w->lse2[i];
-                    const float p = fa_exp2(i >= i_first && i < i_end ? x : -INFINITY);   // 2^-inf = 0
-                    dp_c[i] = p * (dp_c[i] - w->delta[i]);
-                    s_c[i] = p;
-                }
-                for (int64_t i = 0; i < M_pad; i++) {
-                    s_c[i] = fa_round_to_dtype(s_c[i], dtype);
-                    dp_c[i] = fa_round_to_dtype(dp_c[i], dtype);
-                }
+                const int i = i0 + r;
+                const int64_t row = q_start + i;
+                // The keys this query sees: 0 .. j_end - 1 (none for a query past S_q or before the tile's keys).
+                int64_t j_end = stage == TILE_DIAGONAL && row - k_start + 1 < keys ? row - k_start + 1 : keys;
+                if (i >= rows || j_end < 0) j_end = 0;
+                p_and_ds(p + i * N_pad, ds + i * N_pad, keys_pad, 0, j_end, qk_scale, &w->lse2[i], &w->delta[i], 0);
+                round_to_half(p + i * N_pad, keys_pad, dtype);
+                round_to_half(ds + i * N_pad, keys_pad, dtype);
             }
-            // 3. dV_c += sum_i P_ci dO_i and dK_c += sum_i dS_ci Q_i (the second and fourth mmas), `group` keys x
-            //    `cols` dims at a time (the last block of dims may run past D, into D_pad's zeros).
-            for (int64_t d0 = 0; d0 < D; d0 += cols) {
-                along_rows(group, s, M_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
-                along_rows(group, dp, M_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
-            }
-            // The GPU's trip through shared memory: dS^T of every warp, read back as dS rows for dQ.
-            if (atomic_dq)
-                for (int r = 0; r < group; r++)
-                    for (int64_t i = 0; i < M_pad; i++) w->ds_tile[i * N_pad + c0 + r] = dp[r * M_pad + i];
         }
+
+        // 3. dV_c += sum_i P_ic dO_i and dK_c += sum_i dS_ic Q_i (the second and fourth mmas), `group` keys x `cols`
+        //    dims at a time, P and dS read by columns (as P^T and dS^T), the queries in order. The last group of keys
+        //    may run past the tile's: their dK and dV are never stored (as on the GPU). The last block of dims may
+        //    run past D, into D_pad's zeros.
+        for (int c0 = 0; c0 < keys; c0 += group)
+            for (int64_t d0 = 0; d0 < D; d0 += cols) {
+                along_rows(group, p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, dv_acc + c0 * D_pad + d0);
+                along_rows(group, ds + c0, 1, N_pad, rows, w->q_tile + d0, D_pad, dk_acc + c0 * D_pad + d0);
+            }
 
         if (atomic_dq) {
             // This tile's share of dQ: dQ_i += scale * sum_c dS_ic K_c (the fifth mma), `group` queries at a time,
             // added atomically: other threads add into the same rows from their own K/V tiles, in an order that
-            // changes from run to run. Queries past `rows` have dS = 0 and are never added.
+            // changes from run to run. Queries past `rows` are never added. (The GPU's dS^T makes a trip through
+            // shared memory to be read as dS; here the dS tile is already by queries.)
             float *dq = t->dq + b * t->dq_strides.b + h * t->dq_strides.h;
             for (int i0 = 0; i0 < rows; i0 += group) {
                 for (int64_t x = 0; x < group * D_pad; x++) w->dq_rows[x] = 0.0f;
                 for (int64_t d0 = 0; d0 < D; d0 += cols)
-                    along_rows(group, w->ds_tile + i0 * N_pad, N_pad, keys, w->k_tile + d0, D_pad, w->dq_rows + d0);
+                    along_rows(group, ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, w->dq_rows + d0);
                 for (int r = 0; r < group && i0 + r < rows; r++) {
                     float *dq_i = dq + (q_start + i0 + r) * t->dq_strides.s;
                     for (int64_t d = 0; d < D; d++) {

@@ -35,7 +35,7 @@
 // The register block: ROWS rows x `cols` columns, sized to 12 vector registers of sums on the CPU the program runs
 // on: 6 x 16 in AVX2 (8 floats a register, 12 of its 16 registers), 6 x 32 in AVX-512 (16 floats a register, 12 of
 // its 32). Each step of a micro-kernel loads `cols` values once and multiplies them by ROWS broadcast values, so more
-// rows mean fewer loads per multiply-add; with 8 sums (step 4's 4 x 16) AVX2's two FMA units, 4 cycles deep, had
+// rows mean fewer loads per multiply-add; with 8 sums (a 4 x 16 block) AVX2's two FMA units, 4 cycles deep, have
 // exactly as many independent sums as they can keep in flight, and none to spare. 6 x 16 is the classic AVX2 SGEMM
 // block: 12 sums, two registers for the loaded values and one for the broadcast. In 512-bit registers the same
 // 6 x 16 is only 6 sums; AVX-512 widens the columns, not the rows (12 x 16 would also be 12 registers): the row

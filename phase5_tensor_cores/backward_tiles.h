@@ -1,8 +1,9 @@
 // backward_tiles.h - phase 5, step 4 on the CPU: what its two passes share (4_backward_dkdv_cpu.c, the dK/dV pass,
 // and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
-// half rows into float32 tiles, and the two register-blocked micro-kernels every product of the backward runs on, in
-// a block sized for the CPU the program runs on (4 x 16 with AVX2, 8 x 32 with AVX-512). 4_backward_cpu.c runs the
-// preprocess and the two passes in order.
+// half rows into float32 tiles, the rounding of P and dS to the half type (the two inlined, without branches, bit for
+// bit fa_half.c's), P and dS along a row, and the two register-blocked micro-kernels every product of the backward
+// runs on, in a block sized for the CPU the program runs on (6 x 16 with AVX2, 8 x 32 with AVX-512).
+// 4_backward_cpu.c runs the preprocess and the two passes in order.
 #ifndef BACKWARD_TILES_H
 #define BACKWARD_TILES_H
 
@@ -10,64 +11,71 @@
 
 #include "bf16_dot.h"
 
+#include "fa_exp2.h"
 #include "fa_half.h"
 #include "fa_simd.h"   // FA_SIMD_INLINE: the micro-kernels inlined into each SIMD version of the programs
 #include "fa_tensor.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE.
 // The register block: `group` rows x `cols` columns of float32 sums, sized for the CPU the program runs on
-// (block_rows()): 4 x 16 with AVX2, 8 AVX2 registers; 8 x 32 with AVX-512, 16 of its 32 registers. The same 4 x 16
-// would be only 4 AVX-512 registers of sums, where two FMA units 4 cycles deep need 8 in flight, and vdpbf16ps
-// (bf16_dot.c) as many or more. The AVX-512 block doubles both sides: per step it loads 2 vectors and broadcasts 8
-// values for 16 multiply-adds, 16 independent sums cover the latency of either instruction with room to spare, and
-// 8 rows divide the 32-column padding, so one padding rule serves both blocks. Which products each sum adds, and in
-// what order, does not depend on the block: the gradients are the same bits at either size.
-// Tiles are padded with zeros to a multiple of MAX_VEC columns (and so of either block's rows).
+// (block_rows()): 6 x 16 with AVX2, 12 of its 16 registers; 8 x 32 with AVX-512, 16 of its 32. Two FMA units 4 cycles
+// deep need 8 independent sums in flight: a 4 x 16 block has exactly 8 and none to spare, and per step loads 2
+// vectors and broadcasts 4 values for 8 multiply-adds; 6 x 16, the classic AVX2 SGEMM block (step 5's), loads 2 and
+// broadcasts 6 for 12, and leaves 3 registers for the loads and the broadcast. In 512-bit registers 6 x 16 would be
+// only 6 sums, and vdpbf16ps (bf16_dot.c) needs as many as an FMA or more: the AVX-512 block is 8 x 32, per step 2
+// vectors loaded and 8 values broadcast for 16 multiply-adds, 16 independent sums that cover the latency of either
+// instruction with room to spare. Which products each sum adds, and in what order, does not depend on the block:
+// the gradients are the same bits at either size.
+// Tiles are padded with zeros to a multiple of MAX_VEC columns and of AVX2_ROWS rows (pad_rows()): a whole block of
+// either size fits past the last row of a tile.
 #define MAX_ROWS 8
+#define AVX2_ROWS 6
 #define MAX_VEC 32
 _Static_assert(MAX_ROWS == BF16_DOT_ROWS && MAX_VEC == BF16_DOT_COLS, "bf16_dot_along_d computes the AVX-512 block");
 
 // Rows in a micro-kernel's block on this CPU (fa_simd.h: the vector width of the version of the hot loops the CPU
 // runs); the columns follow from them (block_cols()). bf16_dot_along_d runs only on AVX-512 CPUs and computes the
 // AVX-512 block.
-static inline int block_rows(int dtype) { return fa_simd_vector_floats() >= 16 || bf16_dot_available(dtype) ? 8 : 4; }
-static inline int block_cols(int group) { return group == 8 ? 32 : 16; }
+static inline int block_rows(int dtype) {
+    return fa_simd_vector_floats() >= 16 || bf16_dot_available(dtype) ? MAX_ROWS : AVX2_ROWS;
+}
+static inline int block_cols(int group) { return group == MAX_ROWS ? 32 : 16; }
 
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+static inline int64_t pad_rows(int64_t x) { return round_up(round_up(x, MAX_VEC), AVX2_ROWS); }
 
 // One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers. The two
 // passes use the same tiles in their own roles: "rows" are the Q tile's queries, "cols" the K/V tile's keys.
 typedef struct {
-    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N padded (pad_rows()), D to a multiple of MAX_VEC
     int64_t R_pad;                 // the larger of M_pad and N_pad
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q and dO rows (half values, exact in float32)
-    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dK/dV pass sums along the queries
+    float *q_t, *do_t;             // [D, M_pad]      the same, transposed: the dQ pass's S^T, dP^T (queries in vectors)
     float *k_tile, *v_tile;        // [N_pad, D_pad]  K and V rows
-    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dQ pass sums along the keys
+    float *k_t, *v_t;              // [D, N_pad]      the same, transposed: the dK/dV pass's S, dP (keys in vectors)
     float *lse2, *delta;           // [M_pad]         LSE_i * LOG2E and Delta_i of the Q tile
     float *acc_a, *acc_b;          // [max(M, N)_pad, D_pad]  dK and dV (dK/dV pass), dQ (dQ pass) accumulators
-    float *s, *dp;                 // [group, M_pad] rows of S^T (then P^T, rounded) and of dP^T (then dS^T,
-                                   // rounded); [group, N_pad] rows of S and of dP (then dS, rounded) in the dQ pass
-    float *ds_tile;                // [M_pad, N_pad]  dS of the tile, rounded, for the atomic dQ (shared memory)
+    float *p_tile, *ds_tile;       // [M_pad * N_pad]  S, then P, rounded; dP, then dS, rounded: [queries][keys] in
+                                   // the dK/dV pass, transposed ([keys][queries]: S^T, dS^T) in the dQ pass
     float *dq_rows;                // [group, D_pad]  the atomic dQ's share of a group of rows, before it is added
     // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
-    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      K and V (dK/dV pass), Q and dO (dQ pass)
-    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] Q and dO (dK/dV pass), K and V (dQ pass)
+    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      Q and dO (dK/dV pass), K and V (dQ pass)
+    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] K and V (dK/dV pass), Q and dO (dQ pass)
 } workspace;
 
 static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
-    const int64_t M_pad = round_up(block_m, MAX_VEC), N_pad = round_up(block_n, MAX_VEC);
-    const int64_t D_pad = round_up(D, MAX_VEC);
+    const int64_t M_pad = pad_rows(block_m), N_pad = pad_rows(block_n), D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
     return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
-           2 * MAX_ROWS * R_pad + M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
+           2 * M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
 }
 
 static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
-    w.M_pad = round_up(block_m, MAX_VEC), w.N_pad = round_up(block_n, MAX_VEC), w.D_pad = round_up(D, MAX_VEC);
+    w.M_pad = pad_rows(block_m), w.N_pad = pad_rows(block_n), w.D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, total = workspace_floats(D, block_m, block_n);
     w.R_pad = R_pad;
     float *next = fa_alloc_floats(total, "the tiles of one backward program");
@@ -84,8 +92,7 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.delta = next, next += w.M_pad;
     w.acc_a = next, next += R_pad * w.D_pad;
     w.acc_b = next, next += R_pad * w.D_pad;
-    w.s = next, next += MAX_ROWS * R_pad;
-    w.dp = next, next += MAX_ROWS * R_pad;
+    w.p_tile = next, next += w.M_pad * w.N_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
     w.dq_rows = next, next += MAX_ROWS * w.D_pad;
     uint16_t *bits = (uint16_t *)next;
@@ -96,32 +103,125 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     return w;
 }
 
+// The half type and float32, both ways, inlined and without branches, so that a loop over a row vectorises: the
+// same bits as fa_half_to_float() and fa_round_to_dtype() (common/fa_half.c), NaN and Inf included, for every
+// input. As calls into fa_half.c, one per value, the two took a large share of the backward's time.
+static inline uint32_t float_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits;
+}
+
+static inline float bits_float(uint32_t bits) {
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+// A half value in float32 (exact). bf16: its bits are the top half of the float32's. fp16: the exponent rebiased
+// (15 to 127) and the mantissa moved to the top; all ones (Inf, NaN) stays all ones; a subnormal fp16 (exponent 0)
+// is its mantissa times 2^-24.
+FA_SIMD_INLINE float half_to_float(uint16_t h, int dtype) {
+    if (dtype == FA_DTYPE_BF16) return bits_float((uint32_t)h << 16);
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    const uint32_t normal = exponent == 0x1fu ? 0x7f800000u | (mantissa << 13)
+                                              : ((exponent + 112u) << 23) | (mantissa << 13);
+    const uint32_t subnormal = float_bits((float)mantissa * 0x1p-24f);
+    return bits_float(sign | (exponent == 0 ? subnormal : normal));
+}
+
+// x rounded to bf16, to nearest, ties to even. bf16 is the top half of a float32: add just under half of the 16
+// bits dropped, plus one where the kept part is odd, then clear them (a carry bumps the exponent, past the largest
+// bf16 to Inf). A NaN stays a (quiet) NaN.
+FA_SIMD_INLINE float round_to_bf16(float x) {
+    const uint32_t bits = float_bits(x);
+    const int nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    return bits_float(nan ? (bits & 0xffff0000u) | 0x00400000u : (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u);
+}
+
+// x rounded to fp16, to nearest, ties to even. fp16 has 10 mantissa bits and 5 exponent bits: |x| rounds to a
+// multiple of 2^(e - 10), e its exponent, but not below 2^-24 (the subnormal steps, e = -14); from 65520 (65504 +
+// half a step) up it is Inf. The rounding is float32's own: |x| + 1.5 * 2^(e + 13) lies where float32's steps are
+// 2^(e - 10), so the addition rounds |x| to such a step, ties to even (the constant is an even number of steps), and
+// subtracting the constant again is exact. Float operations and bit masks only, where the bit arithmetic of bf16
+// would need integer vectors, which the "fma" version of FA_SIMD_CLONES has only in 128 bits.
+FA_SIMD_INLINE float round_to_fp16(float x) {
+    const uint32_t bits = float_bits(x), sign = bits & 0x80000000u, magnitude = bits & 0x7fffffffu;
+    const float a = bits_float(magnitude), two_e = bits_float(magnitude & 0x7f800000u);   // |x|, 2^e
+    const float step_base = isgreater(two_e, 0x1p-14f) ? two_e : 0x1p-14f;
+    const float constant = step_base * 12288.0f;   // 1.5 * 2^13 * 2^e
+    float rounded = (a + constant) - constant;
+    rounded = isgreaterequal(a, 65520.0f) ? INFINITY : rounded;
+    const uint32_t nan = (magnitude & 0x7fffe000u) | 0x00400000u;   // a NaN stays a (quiet) NaN
+    return bits_float(sign | (isunordered(a, a) ? nan : float_bits(rounded)));
+}
+
+// x[0 .. n - 1] rounded to the half type in place: P and dS before their products, where the GPU's mma takes them.
+FA_SIMD_INLINE void round_to_half(float *x, int64_t n, int dtype) {
+    if (dtype == FA_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) x[i] = round_to_fp16(x[i]);
+}
+
 // Rows first .. first + count - 1 of a [S, D] half tensor (its head's start, row stride, d stride) into float32
 // tiles: `rows` as [count][D_pad] and, when `cols` is not NULL, transposed as [D][cols_pad]. Rows past `exist` are
-// zeros, as the GPU's loads make them.
-static inline void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t first, int64_t count,
-                              int64_t exist, int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t d = 0; d < D; d++) {
-            const float value = first + r < exist ? fa_half_to_float(x[(first + r) * strides.s + d * strides.d], dtype)
-                                                  : 0.0f;
-            rows[r * D_pad + d] = value;
-            if (cols) cols[d * cols_pad + r] = value;
-        }
+// zeros, as the GPU's loads make them. The conversion is half_to_float() above, inlined: where d is contiguous, the
+// loop over a row is a vector loop.
+FA_SIMD_INLINE void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t first, int64_t count,
+                               int64_t exist, int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
+    for (int64_t r = 0; r < count; r++) {
+        const uint16_t *x_r = x + (first + r) * strides.s;
+        float *row = rows + r * D_pad;
+        if (first + r >= exist)
+            for (int64_t d = 0; d < D; d++) row[d] = 0.0f;
+        else if (strides.d == 1 && dtype == FA_DTYPE_BF16)
+            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d], FA_DTYPE_BF16);
+        else if (strides.d == 1)
+            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d], FA_DTYPE_FP16);
+        else
+            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d * strides.d], dtype);
+        if (cols)
+            for (int64_t d = 0; d < D; d++) cols[d * cols_pad + r] = row[d];
+    }
+}
+
+// P and dS along one row of a tile pair, in place: s holds n scores (a row of S, or of S^T in the dQ pass) and
+// becomes P = 2^(s * qk_scale - LSE_i * LOG2E); dp holds dP and becomes dS = P * (dP - Delta_i), from the float32 P.
+// Positions first .. end - 1 are seen; the others are masked (a key past S_k, a query past S_q, a key after the
+// query): their score is -inf, and 2^-inf = 0. lse2 and delta are read at j * step: step 0 where the row is one
+// query's (one value for the row), 1 where it is one key's (a value per query); every call passes it as a literal.
+// Three loops, so that the two that compute run in whole vectors: a test of j inside them would compare integer
+// vectors, which the "fma" version of FA_SIMD_CLONES has only in 128 bits, and the whole loop would run in those.
+FA_SIMD_INLINE void p_and_ds(float *s, float *dp, int64_t n, int64_t first, int64_t end, float qk_scale,
+                             const float *lse2, const float *delta, int64_t step) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) s[j] = s[j] * qk_scale - lse2[j * step];   // the base-2 score
+    for (int64_t j = 0; j < first && j < n; j++) s[j] = -INFINITY;
+    for (int64_t j = end > first ? end : first; j < n; j++) s[j] = -INFINITY;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        const float p = fa_exp2(s[j]);
+        dp[j] = p * (dp[j] - delta[j * step]);
+        s[j] = p;
+    }
 }
 
 // The two micro-kernels. As in step 1, the group x cols sums are a small local array that GCC and Clang keep in
 // vector registers because the row loop is unrolled completely and the column loop vectorised; for that the compiler
-// must know the block: every call passes it as literals, 4 x 16 or 8 x 32 (along_d() and along_rows() below pick the
+// must know the block: every call passes it as literals, 6 x 16 or 8 x 32 (along_d() and along_rows() below pick the
 // call for the group block_rows() chose), so that each inlined copy is a block of fixed size. Every product of the
 // two passes is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
 //
 // Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for `group` rows of a row-major tile a ([rows][D_pad]) and
 // `cols` columns of a transposed tile b_t ([D][b_pad]), written to out ([group][out_pad]). Per d it loads `cols`
-// values of b_t once and `group` values of a, and does group * cols multiply-adds with them.
+// values of b_t once and `group` values of a, and does group * cols multiply-adds with them. The sums start from
+// zero, the block's only: clearing the whole MAX_ROWS x MAX_VEC array took a 1 KiB memset per call.
 FA_SIMD_INLINE void along_d_micro_kernel(int group, int cols, const float *a, int64_t D_pad, const float *b_t,
                                          int64_t b_pad, int64_t D, float *out, int64_t out_pad) {
-    float sum[MAX_ROWS][MAX_VEC] = {{0.0f}};
+    float sum[MAX_ROWS][MAX_VEC];
+    for (int r = 0; r < group; r++)
+        for (int jj = 0; jj < cols; jj++) sum[r][jj] = 0.0f;
     for (int64_t d = 0; d < D; d++) {
         const float *b_d = b_t + d * b_pad;
 #pragma GCC unroll 8
@@ -135,11 +235,13 @@ FA_SIMD_INLINE void along_d_micro_kernel(int group, int cols, const float *a, in
         for (int jj = 0; jj < cols; jj++) out[r * out_pad + jj] = sum[r][jj];
 }
 
-// Sums along the rows of a tile: acc[r][dd] += sum_i a[r][i] * b[i][dd] over the first n rows of b ([rows][D_pad],
-// `cols` dims of it), for `group` rows of a ([group][a_pad], the rounded P^T, dS^T or dS) and acc ([group][D_pad]).
+// Sums along the rows of a tile: acc[r][dd] += sum_i a(r, i) * b[i][dd] over the first n rows of b ([rows][D_pad],
+// `cols` dims of it), for `group` rows of acc ([group][D_pad]). a(r, i) is a[r * a_row + i * a_step]: a tile read as
+// it is (a_row = its row length, a_step = 1) or as its transpose (a_row = 1, a_step = its row length), since each
+// of its values is broadcast alone: the rounded P and dS are read as P^T and dS^T that way, and the other way round.
 // The sums start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
-FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a, int64_t a_pad, int n, const float *b,
-                                            int64_t D_pad, float *acc) {
+FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a, int64_t a_row, int64_t a_step, int n,
+                                            const float *b, int64_t D_pad, float *acc) {
     float sum[MAX_ROWS][MAX_VEC];
     for (int r = 0; r < group; r++)
         for (int dd = 0; dd < cols; dd++) sum[r][dd] = acc[r * D_pad + dd];
@@ -147,7 +249,7 @@ FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a,
         const float *b_i = b + i * D_pad;
 #pragma GCC unroll 8
         for (int r = 0; r < group; r++) {
-            const float a_ri = a[r * a_pad + i];
+            const float a_ri = a[r * a_row + i * a_step];
 #pragma omp simd
             for (int dd = 0; dd < cols; dd++) sum[r][dd] += a_ri * b_i[dd];
         }
@@ -160,14 +262,14 @@ FA_SIMD_INLINE void along_rows_micro_kernel(int group, int cols, const float *a,
 // calls that name the block as literals (the branch costs nothing beside the block's multiply-adds).
 FA_SIMD_INLINE void along_d(int group, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
                             float *out, int64_t out_pad) {
-    if (group == 8) along_d_micro_kernel(8, 32, a, D_pad, b_t, b_pad, D, out, out_pad);
-    else along_d_micro_kernel(4, 16, a, D_pad, b_t, b_pad, D, out, out_pad);
+    if (group == MAX_ROWS) along_d_micro_kernel(MAX_ROWS, 32, a, D_pad, b_t, b_pad, D, out, out_pad);
+    else along_d_micro_kernel(AVX2_ROWS, 16, a, D_pad, b_t, b_pad, D, out, out_pad);
 }
 
-FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_pad, int n, const float *b, int64_t D_pad,
-                               float *acc) {
-    if (group == 8) along_rows_micro_kernel(8, 32, a, a_pad, n, b, D_pad, acc);
-    else along_rows_micro_kernel(4, 16, a, a_pad, n, b, D_pad, acc);
+FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
+                               int64_t D_pad, float *acc) {
+    if (group == MAX_ROWS) along_rows_micro_kernel(MAX_ROWS, 32, a, a_row, a_step, n, b, D_pad, acc);
+    else along_rows_micro_kernel(AVX2_ROWS, 16, a, a_row, a_step, n, b, D_pad, acc);
 }
 
 // The two passes (each one parallel loop over its programs, the CUDA grid of its kernel) and the preprocess.

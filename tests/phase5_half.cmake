@@ -69,11 +69,12 @@ foreach(dtype fp16 bf16)
   endforeach()
 endforeach()
 
-# The conversions (every fp16 and bf16 bit pattern, ties, a sweep of float32) and the rule itself: the CPU twins pass
-# it, and one element moved just past it, in O or in LSE, fails it.
+# The conversions (every fp16 and bf16 bit pattern, ties, a sweep of float32), step 4's CPU twin's inlined copies of
+# them (the same bits), and the rule itself: the CPU twins pass it, and one element moved just past it, in O or in
+# LSE, fails it.
 add_executable(test_phase5_half test_phase5_half.c)
 target_link_libraries(test_phase5_half PRIVATE phase5_kernels)
-foreach(t convert rule)
+foreach(t convert inline rule)
   add_test(NAME phase5_half_${t} COMMAND test_phase5_half ${t})
   set_tests_properties(phase5_half_${t} PROPERTIES LABELS "phase5;cpu")
 endforeach()

@@ -1,6 +1,8 @@
-// test_phase5_half.c - half precision: the fp16/bf16 conversions (common/fa_half.c), and the half-precision rule
+// test_phase5_half.c - half precision: the fp16/bf16 conversions (common/fa_half.c), step 4's CPU twin's inlined
+// copies of them (phase5_tensor_cores/backward_tiles.h) giving the same bits, and the half-precision rule
 // (common/fa_driver.c) passing a correct result of phase 5 step 2 and step 3 and failing a planted wrong element.
-// Usage: test_phase5_half convert|rule
+// Usage: test_phase5_half convert|inline|rule
+#include "backward_tiles.h"   // half_to_float, round_to_half: step 4's CPU twin's conversions
 #include "fa_driver.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
@@ -100,6 +102,42 @@ static void test_convert(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Step 4's CPU twin converts and rounds with its own inlined, branch-free code (backward_tiles.h): the same bits as
+// fa_half_to_float() and fa_round_to_dtype() for every half bit pattern; for the rounding, every float32 whose
+// dropped bits are a tie or next to one (0, 1, half - 1, half, half + 1, all ones: every upper part, so every
+// exponent, sign, Inf and NaN) and the sweep of every 997th bit pattern. The build's kernels are also compiled with
+// FMA contraction; the rounding has no product to contract but the exact 1.5 * 2^13 * 2^e, so either way it rounds
+// the same.
+static int64_t inline_rounding_differs(uint32_t bits, int dtype) {
+    float x = float_of_bits(bits);
+    const float want = fa_round_to_dtype(x, dtype);
+    round_to_half(&x, 1, dtype);
+    return memcmp(&x, &want, sizeof x) != 0;
+}
+
+static void test_inline(void) {
+    int64_t wrong = 0, tried = 0;
+    for (int dtype = FA_DTYPE_FP16; dtype <= FA_DTYPE_BF16; dtype++)
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float got = half_to_float((uint16_t)h, dtype), want = fa_half_to_float((uint16_t)h, dtype);
+            wrong += memcmp(&got, &want, sizeof got) != 0, tried++;
+        }
+    const struct { int dtype, dropped; } kinds[] = {{FA_DTYPE_FP16, 13}, {FA_DTYPE_BF16, 16}};
+    for (int k = 0; k < 2; k++) {
+        const int dropped = kinds[k].dropped;
+        const uint32_t half = 1u << (dropped - 1), ones = (1u << dropped) - 1u;
+        const uint32_t lows[] = {0, 1, half - 1, half, half + 1, ones};
+        for (uint64_t upper = 0; upper < (UINT64_C(1) << (32 - dropped)); upper++)
+            for (int l = 0; l < 6; l++)
+                wrong += inline_rounding_differs((uint32_t)(upper << dropped) | lows[l], kinds[k].dtype), tried++;
+        for (uint64_t bits = 0; bits < (UINT64_C(1) << 32); bits += 997)
+            wrong += inline_rounding_differs((uint32_t)bits, kinds[k].dtype), tried++;
+    }
+    EXPECT(wrong == 0);
+    printf("inline: %lld values, %lld differ from fa_half.c\n", (long long)tried, (long long)wrong);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // The rule: a correct result (the CPU twins of steps 2 and 3) passes it; the same result with one element moved
 // just past it, in O or in LSE, fails it.
 static const fa_cli_spec SPEC = {.program = "test_phase5_half", .summary = "", .defaults = {1, 1, 1, 1, 1, 0, 0.0f},
@@ -178,10 +216,11 @@ static void test_rule(void) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s convert|rule\n", argv[0]);
+        fprintf(stderr, "usage: %s convert|inline|rule\n", argv[0]);
         return FA_EXIT_BAD_INPUT;
     }
     if (strcmp(argv[1], "convert") == 0) test_convert();
+    else if (strcmp(argv[1], "inline") == 0) test_inline();
     else if (strcmp(argv[1], "rule") == 0) test_rule();
     else {
         fprintf(stderr, "unknown test '%s'\n", argv[1]);
