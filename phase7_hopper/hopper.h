@@ -130,8 +130,8 @@ void flash_backward_tma_dq_cuda(const fa_shape *shape, int dtype, int block_m, i
 void flash_backward_dq_beside_dkdv_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                         const tc_backward_tensors *t);
 // Step 6c (6c_two_key_warpgroups_cuda.cu): step 6a with two consumer warpgroups over a K/V tile of 128 keys, which
-// share each Q tile's loads and split its dQ columns; 64 x 128 tiles, shared memory flash_backward_wgmma_cuda_smem_bytes
-// (D, 64, 128), atomic dQ only, step 6's tensors, rounding points and CPU twin.
+// share each Q tile's loads and split its dQ columns; 64 x 128 tiles, shared memory
+// flash_backward_wgmma_cuda_smem_bytes(D, 64, 128), atomic dQ only, step 6's tensors, rounding points and CPU twin.
 #define HOPPER_TWO_WARPGROUPS_TILES_TEXT "64x128"
 #define HOPPER_TWO_WARPGROUPS_BLOCK_M 64
 #define HOPPER_TWO_WARPGROUPS_BLOCK_N 128

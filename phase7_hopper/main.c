@@ -8,8 +8,8 @@
 //      build/bin/phase7_hopper --step 6 --dtype bf16 --Sq 130 --Sk 100 --D 128 --causal --dq both   (the backward)
 // --step 6 is the backward alone: its rows (phase 5 step 4's CPU twin and GPU kernels, step 6 on wgmma, step 6a with
 // its dQ added by the TMA, 6b, its dQ product queued behind dK's, 6c, two warpgroups over 128 keys, 6d, its
-// descriptors built once, and 6e, exp2 in one instruction; 6a to 6e atomic only), in each dQ variant --dq asks for, differentiate a forward's O and LSE (phase 5 step 3's on the CPU,
-// step 3's on the GPU).
+// descriptors built once, and 6e, exp2 in one instruction; 6a to 6e atomic only), in each dQ variant --dq asks for,
+// differentiate a forward's O and LSE (phase 5 step 3's on the CPU, step 3's on the GPU).
 // The timeline build (target phase7_timeline, timeline.h) also takes --timeline FILE: step 3's warp roles over time,
 // as CSV for tools/plot_timeline.py; the release build refuses it.
 #include "fa_driver.h"
@@ -280,8 +280,8 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
     flash_forward_warp_specialized_cuda(s, opt->dtype, ws_tiles ? opt->block_m : 128, ws_tiles ? opt->block_n : 64,
                                         &f);
     if (!tc_backward_cuda_supports_tiles(opt->block_m, opt->block_n))
-        fa_report_add_note(report, "the GPU backward rows ran with the only tiles their kernels have, %s (steps 6c to 6e: "
-                           "%s; --block-m %d --block-n %d set the CPU's)", TC_BACKWARD_CUDA_TILES_TEXT,
+        fa_report_add_note(report, "the GPU backward rows ran with the only tiles their kernels have, %s (steps 6c "
+                           "to 6e: %s; --block-m %d --block-n %d set the CPU's)", TC_BACKWARD_CUDA_TILES_TEXT,
                            HOPPER_TWO_WARPGROUPS_TILES_TEXT, opt->block_m, opt->block_n);
     fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                        fa_gpu_alloc(fa_numel_kv(s), "dV")};
@@ -297,20 +297,19 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
     } else {
         fa_options atomic_only = *opt;
         atomic_only.dq_mode = FA_DQ_ATOMIC;
-        check_and_time_backward(report, &atomic_only, ref, rule, "step 6a bwd", run_backward_tma_dq_cuda, 1, 0,
-                                TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
-        check_and_time_backward(report, &atomic_only, ref, rule, "step 6b bwd", run_backward_dq_beside_dkdv_cuda, 1,
-                                0, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device,
-                                dev->upload_ms);
-        const struct { const char *label; void (*run)(void *); } wide_rows[] = {
-            {"step 6c bwd", run_backward_two_warpgroups_cuda},
-            {"step 6d bwd", run_backward_descriptors_once_cuda},
-            {"step 6e bwd", run_backward_exp2_ftz_cuda},
+        // Each row at its kernels' only tiles: 64 x 64 for 6a and 6b, 64 x 128 (two warpgroups) from 6c on.
+        const struct { const char *label; void (*run)(void *); int block_m, block_n; } tma_rows[] = {
+            {"step 6a bwd", run_backward_tma_dq_cuda, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N},
+            {"step 6b bwd", run_backward_dq_beside_dkdv_cuda, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N},
+            {"step 6c bwd", run_backward_two_warpgroups_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M,
+             HOPPER_TWO_WARPGROUPS_BLOCK_N},
+            {"step 6d bwd", run_backward_descriptors_once_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M,
+             HOPPER_TWO_WARPGROUPS_BLOCK_N},
+            {"step 6e bwd", run_backward_exp2_ftz_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M, HOPPER_TWO_WARPGROUPS_BLOCK_N},
         };
-        for (size_t r = 0; r < sizeof wide_rows / sizeof wide_rows[0]; r++)
-            check_and_time_backward(report, &atomic_only, ref, rule, wide_rows[r].label, wide_rows[r].run, 1, 0,
-                                    HOPPER_TWO_WARPGROUPS_BLOCK_M, HOPPER_TWO_WARPGROUPS_BLOCK_N, t, host, device,
-                                    dev->upload_ms);
+        for (size_t r = 0; r < sizeof tma_rows / sizeof tma_rows[0]; r++)
+            check_and_time_backward(report, &atomic_only, ref, rule, tma_rows[r].label, tma_rows[r].run, 1, 0,
+                                    tma_rows[r].block_m, tma_rows[r].block_n, t, host, device, dev->upload_ms);
     }
     fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);
     fa_gpu_free(o), fa_gpu_free(lse), fa_gpu_free(delta);
