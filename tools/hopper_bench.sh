@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# tools/hopper_bench.sh BINDIR LOGDIR - phase 7's ablation on a Hopper GPU: every forward step of phase 7 beside
-# phase 5 step 3, and steps 6 and 6a (the backward) beside phase 5 step 4, and PyTorch's FlashAttention-2 and cuDNN
-# backends
-# (forward and backward), in one run on one GPU; then Nsight Compute on one launch of each forward step's kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's table is read off it)
-# and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
+# tools/hopper_bench.sh BINDIR LOGDIR [PARTS] - phase 7's ablation on a Hopper GPU: every forward step of phase 7
+# beside phase 5 step 3, the backward steps (6 and 6a to 6e) beside phase 5 step 4, and PyTorch's FlashAttention-2 and
+# cuDNN backends (forward and backward), in one run on one GPU; then Nsight Compute on one launch of each forward
+# step's kernel and of each one-pass backward kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's
+# tables are read off it) and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
+# PARTS: time (the timing rows only), profile (the profiler only) or all (the default). The two halves take several
+# minutes each; run them as two commands where one command may not run that long.
 #
 # Shapes: B=4 H=16 S=4096 and B=1 H=16 S=16384; D=64 and 128; causal and not; bf16 and fp16. Tiles: 128x64 (phase 5
 # step 3 has no larger one; phase 7's steps at 128x64 too), 128x128 (phase 7 only) and, at D=64, 192x128 (steps 4c
 # to 4e, three consumer warpgroups). Medians of 10 runs after 2.
 set -uo pipefail
-BIN=${1:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
-LOGDIR=${2:?usage: tools/hopper_bench.sh BINDIR LOGDIR}
+BIN=${1:?usage: tools/hopper_bench.sh BINDIR LOGDIR [time|profile|all]}
+LOGDIR=${2:?usage: tools/hopper_bench.sh BINDIR LOGDIR [time|profile|all]}
+PARTS=${3:-all}
+case "$PARTS" in
+    time | profile | all) ;;
+    *) echo "tools/hopper_bench.sh: the third argument is time, profile or all, not '$PARTS'" >&2; exit 2 ;;
+esac
 mkdir -p "$LOGDIR"
 cd "$(dirname "$0")/.."
 LOG="$LOGDIR/hopper-bench.log"
-{
+if [ "$PARTS" != profile ]; then {
     echo "# tools/hopper_bench.sh, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
     run() {   # run DTYPE B H S D CAUSAL BLOCK_M BLOCK_N
@@ -59,10 +66,11 @@ LOG="$LOGDIR/hopper-bench.log"
             --dtypes bf16 fp16 --backends flash cudnn --passes forward backward --iters 10 --warmup 2 > /dev/null 2>&1
     done
     cut -d, -f2,6-11,17,19 "$LOGDIR/hopper-pytorch.csv" | sed 's/^/  pytorch: /'
-} > "$LOG" 2>&1
+} > "$LOG" 2>&1; fi
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
 # 4e), D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have), and steps 6a to 6e's backward.
+if [ "$PARTS" != time ]; then   # the profiler half
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
 METRICS="smsp__inst_executed.sum,gpu__time_duration.sum"
@@ -113,4 +121,5 @@ if [ -x "$BIN/phase7_timeline" ]; then
         python3 tools/plot_timeline.py "$LOGDIR/hopper-timeline.csv" -o "$LOGDIR/hopper-timeline.png"
     } > "$LOGDIR/hopper-timeline.log" 2>&1
 fi
-cat "$LOG"
+fi   # the profiler half
+if [ "$PARTS" != profile ]; then cat "$LOG"; fi
