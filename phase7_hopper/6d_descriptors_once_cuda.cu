@@ -3,14 +3,16 @@
 //
 // What it changes against step 6c (phase7_hopper/6c_two_key_warpgroups_cuda.cu): step 6c halves step 6a's L2
 //   traffic, and Nsight Compute finds its L2 half as busy, yet it is barely faster: each SM runs one block, 8 warps,
-//   and each warp executes about 1200 instructions per Q tile, so the schedulers, not the L2 or the tensor cores, set
-//   the pace. A good part of them build matrix descriptors: every wgmma got two smem_descriptor() calls, each a
+//   and each warp executes about 1150 instructions per Q tile, which makes what they issue the next suspect. A good
+//   part of them build matrix descriptors: every wgmma got two smem_descriptor() calls, each a
 //   conversion, a mask, shifts and ORs on a per-thread address, and then moves into the uniform registers wgmma reads
 //   them from (R2UR). Here:
 //     - each tile's descriptor is built once (K and V, dS^T and K's dQ columns before the loop; Q and dO once per Q
 //       tile), and the wgmmas step along it with descriptor_at(), one 64-bit addition of a constant (wgmma.cuh);
 //     - the warpgroup index comes through a shuffle, so the compiler knows it is the same in all 32 lanes and keeps
 //       the descriptors derived from it in uniform registers from the start.
+//   It cuts a third of the instructions and gains a few percent: the warps then wait longer at their barriers
+//   (chapter 09 has the profile).
 // Rounding points are phase 5 step 4's (P^T and dS^T rounded to T before their products, every sum float32), so its
 //   CPU twin is phase 5 step 4's; dQ's sums are in arrival order (atomic only), as in step 6a.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
