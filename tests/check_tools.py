@@ -10,7 +10,8 @@
                                               CPU, their rows relabelled cuda): the tables hold the log's numbers
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
                                               log row's number found in its table; a log lacking rows, or holding a
-                                              failed check, refused with one "error:" line
+                                              failed check, refused with one "error:" line; hopper_bench.sh's
+                                              refusals (no phase7_hopper, a bad PARTS): one line, exit 2
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
@@ -241,9 +242,10 @@ def check_headline(tools, build, out):
 
 
 def check_hopper(tools, root, out):
-    """hopper_tables.py reads chapter 09's tables off the committed log of tools/hopper_bench.sh."""
+    """hopper_tables.py reads chapter 09's tables off the committed log of tools/hopper_bench.sh, which refuses bad
+    arguments."""
     script, log = os.path.join(tools, "hopper_tables.py"), os.path.join(root, "docs", "figures", "h100-phase7-bench.log")
-    for table in ("forward", "long", "backward", "ncu-d128", "ncu-d64"):
+    for table in ("forward", "long", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward"):
         proc = subprocess.run([sys.executable, script, log, "--table", table], capture_output=True, text=True)
         expect(proc.returncode == 0 and proc.stdout.startswith("|"), f"--table {table}: exit {proc.returncode}")
     # A step 4e row of the log (the first 192 x 128 run) is in the forward table, as the log prints it in GFLOP/s.
@@ -266,6 +268,14 @@ def check_hopper(tools, root, out):
         proc = subprocess.run([sys.executable, script, path, "--table", "forward"], capture_output=True, text=True)
         expect(proc.returncode in (1, 2) and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
                f"{name}: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+    # tools/hopper_bench.sh refuses what it cannot run, with one line and exit status 2, before it writes anything.
+    bench = os.path.join(tools, "hopper_bench.sh")
+    for args, why in ((["bin-that-is-not-there", out], "a BINDIR without phase7_hopper"),
+                      ([out, os.path.join(out, "bench-logs"), "timing"], "a third argument other than time|profile|all")):
+        proc = subprocess.run(["bash", bench] + args, capture_output=True, text=True)
+        expect(proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stdout == ""
+               and not os.path.exists(os.path.join(out, "bench-logs")),
+               f"hopper_bench.sh with {why}: exit {proc.returncode}, stderr {proc.stderr.strip()}")
 
 
 def main(argv):

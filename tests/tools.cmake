@@ -30,7 +30,8 @@ add_test(NAME tools_headline_tables
          COMMAND ${Python3_EXECUTABLE} ${tools_checker} headline ${tools_dir} ${CMAKE_BINARY_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_headline_tables)
 
-# hopper_tables.py on the committed phase 7 log: chapter 09's tables (no GPU needed: the log is the input).
+# hopper_tables.py on the committed phase 7 log: chapter 09's tables (no GPU needed: the log is the input); and
+# hopper_bench.sh's refusals of a missing binary or a bad PARTS.
 add_test(NAME tools_hopper_tables
          COMMAND ${Python3_EXECUTABLE} ${tools_checker} hopper ${tools_dir} ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_hopper_tables)

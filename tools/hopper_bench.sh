@@ -18,6 +18,9 @@ case "$PARTS" in
     time | profile | all) ;;
     *) echo "tools/hopper_bench.sh: the third argument is time, profile or all, not '$PARTS'" >&2; exit 2 ;;
 esac
+[ -x "$BIN/phase7_hopper" ] || {
+    echo "tools/hopper_bench.sh: $BIN/phase7_hopper: no such program (build phase 7 for a Hopper GPU first)" >&2; exit 2
+}
 mkdir -p "$LOGDIR"
 cd "$(dirname "$0")/.."
 LOG="$LOGDIR/hopper-bench.log"
