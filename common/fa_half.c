@@ -1,5 +1,6 @@
 // fa_half.c - fp16 and bf16 conversions, and the straightforward half-precision reference.
 #include "fa_half.h"
+#include "fa_half_inline.h"   // the conversions themselves, written once for this file and the CPU kernels
 #include "fa_tensor.h"
 
 #include <math.h>
@@ -21,21 +22,11 @@ double fa_dtype_unit_roundoff(int dtype) {
     return dtype == FA_DTYPE_FP16 ? 0x1p-11 : dtype == FA_DTYPE_BF16 ? 0x1p-8 : 0x1p-24;
 }
 
-static uint32_t float_bits(float x) {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    return bits;
-}
-
-static float bits_float(uint32_t bits) {
-    float x;
-    memcpy(&x, &bits, sizeof x);
-    return x;
-}
-
 // float32: 1 sign, 8 exponent (bias 127), 23 mantissa bits. fp16: 1, 5 (bias 15), 10. The mantissa loses 13 bits.
+// This one works on the bits, case by case, to produce fp16's own bit pattern; fa_round_to_fp16() (fa_half_inline.h)
+// gives the same rounding as a float32 value, without branches, for vector loops.
 uint16_t fa_float_to_fp16(float x) {
-    const uint32_t bits = float_bits(x);
+    const uint32_t bits = fa_float_bits(x);
     const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
     const uint32_t magnitude = bits & 0x7fffffffu;
     if (magnitude >= 0x7f800000u) {
@@ -62,31 +53,19 @@ uint16_t fa_float_to_fp16(float x) {
     return (uint16_t)(sign | h);
 }
 
-float fa_fp16_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-    if (exponent == 0x1fu) return bits_float(sign | 0x7f800000u | (mantissa << 13));   // Inf, NaN (payload kept)
-    if (exponent != 0) return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-    const float subnormal = (float)mantissa * 0x1p-24f;   // zero or subnormal: exact in float32
-    return sign ? -subnormal : subnormal;
-}
+float fa_fp16_to_float(uint16_t h) { return fa_half_to_float_inline(h, FA_DTYPE_FP16); }
 
-// bf16 is the top half of a float32: rounding drops the low 16 bits, to nearest, ties to even. Finite values past
-// the largest bf16 carry into the exponent and become Inf, as they should.
-uint16_t fa_float_to_bf16(float x) {
-    const uint32_t bits = float_bits(x);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);   // NaN: stays a (quiet) NaN
-    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
+// bf16 is the top half of a float32: x rounded to bf16 (fa_round_to_bf16()) has its low 16 bits zero, the top 16 the
+// bf16's.
+uint16_t fa_float_to_bf16(float x) { return (uint16_t)(fa_float_bits(fa_round_to_bf16(x)) >> 16); }
 
-float fa_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+float fa_bf16_to_float(uint16_t h) { return fa_half_to_float_inline(h, FA_DTYPE_BF16); }
 
 uint16_t fa_float_to_half(float x, int dtype) {
     return dtype == FA_DTYPE_BF16 ? fa_float_to_bf16(x) : fa_float_to_fp16(x);
 }
 
-float fa_half_to_float(uint16_t h, int dtype) {
-    return dtype == FA_DTYPE_BF16 ? fa_bf16_to_float(h) : fa_fp16_to_float(h);
-}
+float fa_half_to_float(uint16_t h, int dtype) { return fa_half_to_float_inline(h, dtype); }
 
 double fa_half_score_in_double(const uint16_t *q_row, int64_t stride_qd, const uint16_t *k, int64_t stride_ks,
                                int64_t stride_kd, int64_t max_key, int64_t D, float scale, int dtype) {
@@ -100,7 +79,7 @@ double fa_half_score_in_double(const uint16_t *q_row, int64_t stride_qd, const u
 }
 
 float fa_round_to_dtype(float x, int dtype) {
-    return dtype == FA_DTYPE_FP32 ? x : fa_half_to_float(fa_float_to_half(x, dtype), dtype);
+    return dtype == FA_DTYPE_FP32 ? x : dtype == FA_DTYPE_BF16 ? fa_round_to_bf16(x) : fa_round_to_fp16(x);
 }
 
 void fa_round_floats(float *x, int64_t n, int dtype) {

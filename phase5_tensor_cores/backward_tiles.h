@@ -1,7 +1,7 @@
 // backward_tiles.h - phase 5, step 4 on the CPU: what its two passes share (4_backward_dkdv_cpu.c, the dK/dV pass,
 // and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
-// half rows into float32 tiles, the rounding of P and dS to the half type (the two inlined, without branches, bit for
-// bit fa_half.c's), P and dS along a row, and the two register-blocked micro-kernels every product of the backward
+// half rows into float32 tiles, the rounding of P and dS to the half type (both inlined, without branches:
+// fa_half_inline.h), P and dS along a row, and the two register-blocked micro-kernels every product of the backward
 // runs on, in a block sized for the CPU the program runs on (6 x 16 with AVX2, 8 x 32 with AVX-512).
 // 4_backward_cpu.c runs the preprocess and the two passes in order.
 #ifndef BACKWARD_TILES_H
@@ -13,6 +13,7 @@
 
 #include "fa_exp2.h"
 #include "fa_half.h"
+#include "fa_half_inline.h"   // the half type and float32 both ways, inlined: staging and rounding as vector loops
 #include "fa_simd.h"   // FA_SIMD_INLINE: the micro-kernels inlined into each SIMD version of the programs
 #include "fa_tensor.h"
 
@@ -103,71 +104,19 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     return w;
 }
 
-// The half type and float32, both ways, inlined and without branches, so that a loop over a row vectorises: the
-// same bits as fa_half_to_float() and fa_round_to_dtype() (common/fa_half.c), NaN and Inf included, for every
-// input. As calls into fa_half.c, one per value, the two took a large share of the backward's time.
-static inline uint32_t float_bits(float x) {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    return bits;
-}
-
-static inline float bits_float(uint32_t bits) {
-    float x;
-    memcpy(&x, &bits, sizeof x);
-    return x;
-}
-
-// A half value in float32 (exact). bf16: its bits are the top half of the float32's. fp16: the exponent rebiased
-// (15 to 127) and the mantissa moved to the top; all ones (Inf, NaN) stays all ones; a subnormal fp16 (exponent 0)
-// is its mantissa times 2^-24.
-FA_SIMD_INLINE float half_to_float(uint16_t h, int dtype) {
-    if (dtype == FA_DTYPE_BF16) return bits_float((uint32_t)h << 16);
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-    const uint32_t normal = exponent == 0x1fu ? 0x7f800000u | (mantissa << 13)
-                                              : ((exponent + 112u) << 23) | (mantissa << 13);
-    const uint32_t subnormal = float_bits((float)mantissa * 0x1p-24f);
-    return bits_float(sign | (exponent == 0 ? subnormal : normal));
-}
-
-// x rounded to bf16, to nearest, ties to even. bf16 is the top half of a float32: add just under half of the 16
-// bits dropped, plus one where the kept part is odd, then clear them (a carry bumps the exponent, past the largest
-// bf16 to Inf). A NaN stays a (quiet) NaN.
-FA_SIMD_INLINE float round_to_bf16(float x) {
-    const uint32_t bits = float_bits(x);
-    const int nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    return bits_float(nan ? (bits & 0xffff0000u) | 0x00400000u : (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u);
-}
-
-// x rounded to fp16, to nearest, ties to even. fp16 has 10 mantissa bits and 5 exponent bits: |x| rounds to a
-// multiple of 2^(e - 10), e its exponent, but not below 2^-24 (the subnormal steps, e = -14); from 65520 (65504 +
-// half a step) up it is Inf. The rounding is float32's own: |x| + 1.5 * 2^(e + 13) lies where float32's steps are
-// 2^(e - 10), so the addition rounds |x| to such a step, ties to even (the constant is an even number of steps), and
-// subtracting the constant again is exact. Float operations and bit masks only, where the bit arithmetic of bf16
-// would need integer vectors, which the "fma" version of FA_SIMD_CLONES has only in 128 bits.
-FA_SIMD_INLINE float round_to_fp16(float x) {
-    const uint32_t bits = float_bits(x), sign = bits & 0x80000000u, magnitude = bits & 0x7fffffffu;
-    const float a = bits_float(magnitude), two_e = bits_float(magnitude & 0x7f800000u);   // |x|, 2^e
-    const float step_base = isgreater(two_e, 0x1p-14f) ? two_e : 0x1p-14f;
-    const float constant = step_base * 12288.0f;   // 1.5 * 2^13 * 2^e
-    float rounded = (a + constant) - constant;
-    rounded = isgreaterequal(a, 65520.0f) ? INFINITY : rounded;
-    const uint32_t nan = (magnitude & 0x7fffe000u) | 0x00400000u;   // a NaN stays a (quiet) NaN
-    return bits_float(sign | (isunordered(a, a) ? nan : float_bits(rounded)));
-}
-
 // x[0 .. n - 1] rounded to the half type in place: P and dS before their products, where the GPU's mma takes them.
+// The dtype is tested once, outside the loops, so that each loop is a vector loop.
 FA_SIMD_INLINE void round_to_half(float *x, int64_t n, int dtype) {
     if (dtype == FA_DTYPE_BF16)
-        for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+        for (int64_t i = 0; i < n; i++) x[i] = fa_round_to_bf16(x[i]);
     else
-        for (int64_t i = 0; i < n; i++) x[i] = round_to_fp16(x[i]);
+        for (int64_t i = 0; i < n; i++) x[i] = fa_round_to_fp16(x[i]);
 }
 
 // Rows first .. first + count - 1 of a [S, D] half tensor (its head's start, row stride, d stride) into float32
 // tiles: `rows` as [count][D_pad] and, when `cols` is not NULL, transposed as [D][cols_pad]. Rows past `exist` are
-// zeros, as the GPU's loads make them. The conversion is half_to_float() above, inlined: where d is contiguous, the
-// loop over a row is a vector loop.
+// zeros, as the GPU's loads make them. The conversion is fa_half_to_float_inline() (fa_half_inline.h): where d is
+// contiguous, the loop over a row is a vector loop.
 FA_SIMD_INLINE void stage_rows(const uint16_t *x, fa_strides strides, int dtype, int64_t first, int64_t count,
                                int64_t exist, int64_t D, int64_t D_pad, float *rows, float *cols, int64_t cols_pad) {
     for (int64_t r = 0; r < count; r++) {
@@ -176,11 +125,11 @@ FA_SIMD_INLINE void stage_rows(const uint16_t *x, fa_strides strides, int dtype,
         if (first + r >= exist)
             for (int64_t d = 0; d < D; d++) row[d] = 0.0f;
         else if (strides.d == 1 && dtype == FA_DTYPE_BF16)
-            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d], FA_DTYPE_BF16);
+            for (int64_t d = 0; d < D; d++) row[d] = fa_half_to_float_inline(x_r[d], FA_DTYPE_BF16);
         else if (strides.d == 1)
-            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d], FA_DTYPE_FP16);
+            for (int64_t d = 0; d < D; d++) row[d] = fa_half_to_float_inline(x_r[d], FA_DTYPE_FP16);
         else
-            for (int64_t d = 0; d < D; d++) row[d] = half_to_float(x_r[d * strides.d], dtype);
+            for (int64_t d = 0; d < D; d++) row[d] = fa_half_to_float_inline(x_r[d * strides.d], dtype);
         if (cols)
             for (int64_t d = 0; d < D; d++) cols[d * cols_pad + r] = row[d];
     }

@@ -69,9 +69,9 @@ foreach(dtype fp16 bf16)
   endforeach()
 endforeach()
 
-# The conversions (every fp16 and bf16 bit pattern, ties, a sweep of float32), step 4's CPU twin's inlined copies of
-# them (the same bits), and the rule itself: the CPU twins pass it, and one element moved just past it, in O or in
-# LSE, fails it.
+# The conversions (every fp16 and bf16 bit pattern, ties, a sweep of float32), their inlined form that step 4's CPU
+# twin runs (the bits of the definition, computed in double), and the rule itself: the CPU twins pass it, and one
+# element moved just past it, in O or in LSE, fails it.
 add_executable(test_phase5_half test_phase5_half.c)
 target_link_libraries(test_phase5_half PRIVATE phase5_kernels)
 foreach(t convert inline rule)

@@ -1,8 +1,9 @@
-// test_phase5_half.c - half precision: the fp16/bf16 conversions (common/fa_half.c), step 4's CPU twin's inlined
-// copies of them (phase5_tensor_cores/backward_tiles.h) giving the same bits, and the half-precision rule
+// test_phase5_half.c - half precision: the fp16/bf16 conversions (common/fa_half.c), their inlined, branch-free
+// form (common/fa_half_inline.h, step 4's CPU twin's) giving the bits of their definition, and the half-precision rule
 // (common/fa_driver.c) passing a correct result of phase 5 step 2 and step 3 and failing a planted wrong element.
 // Usage: test_phase5_half convert|inline|rule
-#include "backward_tiles.h"   // half_to_float, round_to_half: step 4's CPU twin's conversions
+#include "backward_tiles.h"   // round_to_half: step 4's CPU twin's rounding loop
+#include "fa_half_inline.h"
 #include "fa_driver.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
@@ -102,39 +103,99 @@ static void test_convert(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Step 4's CPU twin converts and rounds with its own inlined, branch-free code (backward_tiles.h): the same bits as
-// fa_half_to_float() and fa_round_to_dtype() for every half bit pattern; for the rounding, every float32 whose
-// dropped bits are a tie or next to one (0, 1, half - 1, half, half + 1, all ones: every upper part, so every
-// exponent, sign, Inf and NaN) and the sweep of every 997th bit pattern. The build's kernels are also compiled with
-// FMA contraction; the rounding has no product to contract but the exact 1.5 * 2^13 * 2^e, so either way it rounds
-// the same.
-static int64_t inline_rounding_differs(uint32_t bits, int dtype) {
-    float x = float_of_bits(bits);
-    const float want = fa_round_to_dtype(x, dtype);
-    round_to_half(&x, 1, dtype);
-    return memcmp(&x, &want, sizeof x) != 0;
+// The inlined, branch-free conversions (common/fa_half_inline.h): step 4's CPU twin runs them in vector loops, and
+// fa_half.c's fa_half_to_float() and fa_round_to_dtype() are them. Since fa_half.c now shares their code, they are
+// checked bit for bit against the definitions, computed here another way: every half bit pattern decoded with ldexp;
+// every float32 whose dropped bits are a tie or next to one (0, 1, half - 1, half, half + 1, all ones: every upper
+// part, so every exponent, sign, Inf and NaN) and every 997th bit pattern rounded in double (reference_round()).
+// fa_float_to_fp16(), which rounds on the bits case by case, must give the same bits as well. The build's kernels are
+// also compiled with FMA contraction; the rounding has no product to contract but the exact 1.5 * 2^13 * 2^e, so
+// either way it rounds the same.
+static uint32_t bits_of_float(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits;
+}
+
+// The float32 bits of a half bit pattern's value, from the definition: (-1)^s * 2^(e - bias) * 1.m, or
+// 2^(1 - bias) * 0.m where e = 0; where e is all ones, Inf (m = 0) or a NaN whose payload m is kept at the top.
+static uint32_t defined_half_bits(uint32_t h, int dtype) {
+    const int mantissa_bits = dtype == FA_DTYPE_FP16 ? 10 : 7, bias = dtype == FA_DTYPE_FP16 ? 15 : 127;
+    const uint32_t sign = h >> 15, e = (h & 0x7fffu) >> mantissa_bits, m = h & ((1u << mantissa_bits) - 1u);
+    if (e == 0x7fffu >> mantissa_bits) return (sign << 31) | 0x7f800000u | (m << (23 - mantissa_bits));
+    const double magnitude = e == 0 ? ldexp(m, 1 - bias - mantissa_bits)
+                                    : ldexp((1u << mantissa_bits) + m, (int)e - bias - mantissa_bits);
+    return bits_of_float((float)(sign ? -magnitude : magnitude));
+}
+
+// The bits of x rounded to dtype: reference_round()'s value (signed zeros kept), or for a NaN its sign, the top of
+// its payload that fits (10 bits in fp16, 7 in bf16) and the quiet bit.
+static uint32_t rounded_bits_wanted(uint32_t bits, int dtype) {
+    const float x = float_of_bits(bits);
+    if (isnan(x)) return (bits & (dtype == FA_DTYPE_FP16 ? 0xffffe000u : 0xffff0000u)) | 0x00400000u;
+    return bits_of_float((float)(dtype == FA_DTYPE_FP16 ? reference_fp16(x) : reference_bf16(x)));
+}
+
+enum { CHUNK = 4096 };
+typedef struct {
+    uint32_t bits[CHUNK];
+    int n, dtype;
+    int64_t tried, wrong;
+} rounding_batch;
+
+// Rounds the batch three ways, each against the wanted bits: step 4's loop (round_to_half(), backward_tiles.h),
+// fa_round_to_dtype(), and through the half's own bit pattern (fa_float_to_half(), back with fa_half_to_float()).
+static void check_batch(rounding_batch *b) {
+    float x[CHUNK];
+    for (int i = 0; i < b->n; i++) x[i] = float_of_bits(b->bits[i]);
+    round_to_half(x, b->n, b->dtype);
+    for (int i = 0; i < b->n; i++) {
+        const float in = float_of_bits(b->bits[i]);
+        const uint32_t want = rounded_bits_wanted(b->bits[i], b->dtype);
+        const uint32_t loop = bits_of_float(x[i]), scalar = bits_of_float(fa_round_to_dtype(in, b->dtype));
+        const uint32_t encoded = bits_of_float(fa_half_to_float(fa_float_to_half(in, b->dtype), b->dtype));
+        const int differs = loop != want || scalar != want || encoded != want;
+        if (differs && b->wrong < 5)
+            fprintf(stderr, "%s %08x: want %08x, round_to_half %08x, fa_round_to_dtype %08x, encoded %08x\n",
+                    fa_dtype_name(b->dtype), b->bits[i], want, loop, scalar, encoded);
+        b->wrong += differs, b->tried++;
+    }
+    b->n = 0;
+}
+
+static void add_to_batch(rounding_batch *b, uint32_t bits) {
+    b->bits[b->n++] = bits;
+    if (b->n == CHUNK) check_batch(b);
 }
 
 static void test_inline(void) {
     int64_t wrong = 0, tried = 0;
     for (int dtype = FA_DTYPE_FP16; dtype <= FA_DTYPE_BF16; dtype++)
         for (uint32_t h = 0; h < 65536; h++) {
-            const float got = half_to_float((uint16_t)h, dtype), want = fa_half_to_float((uint16_t)h, dtype);
-            wrong += memcmp(&got, &want, sizeof got) != 0, tried++;
+            const uint32_t want = defined_half_bits(h, dtype);
+            const uint32_t inlined = bits_of_float(fa_half_to_float_inline((uint16_t)h, dtype));
+            const uint32_t called = bits_of_float(fa_half_to_float((uint16_t)h, dtype));
+            wrong += inlined != want || called != want, tried++;
         }
+    EXPECT(wrong == 0);
+    printf("inline: %lld half bit patterns decoded, %lld differ from the definition\n", (long long)tried,
+           (long long)wrong);
+
+    static rounding_batch b;
     const struct { int dtype, dropped; } kinds[] = {{FA_DTYPE_FP16, 13}, {FA_DTYPE_BF16, 16}};
     for (int k = 0; k < 2; k++) {
         const int dropped = kinds[k].dropped;
         const uint32_t half = 1u << (dropped - 1), ones = (1u << dropped) - 1u;
         const uint32_t lows[] = {0, 1, half - 1, half, half + 1, ones};
+        b.dtype = kinds[k].dtype, b.tried = b.wrong = 0;
         for (uint64_t upper = 0; upper < (UINT64_C(1) << (32 - dropped)); upper++)
-            for (int l = 0; l < 6; l++)
-                wrong += inline_rounding_differs((uint32_t)(upper << dropped) | lows[l], kinds[k].dtype), tried++;
-        for (uint64_t bits = 0; bits < (UINT64_C(1) << 32); bits += 997)
-            wrong += inline_rounding_differs((uint32_t)bits, kinds[k].dtype), tried++;
+            for (int l = 0; l < 6; l++) add_to_batch(&b, (uint32_t)(upper << dropped) | lows[l]);
+        for (uint64_t bits = 0; bits < (UINT64_C(1) << 32); bits += 997) add_to_batch(&b, (uint32_t)bits);
+        check_batch(&b);
+        EXPECT(b.wrong == 0);
+        printf("inline: %lld float32 values rounded to %s three ways, %lld differ from rounding in double\n",
+               (long long)b.tried, fa_dtype_name(b.dtype), (long long)b.wrong);
     }
-    EXPECT(wrong == 0);
-    printf("inline: %lld values, %lld differ from fa_half.c\n", (long long)tried, (long long)wrong);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
