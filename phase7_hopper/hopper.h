@@ -23,6 +23,7 @@
 //   step 6c (6c_two_key_warpgroups_*): step 6a with two warpgroups over 128 keys, sharing the Q tiles' loads.
 //   step 6d (6d_descriptors_once_*): step 6c with its wgmma descriptors built once, in uniform registers.
 //   step 6e (6e_exp2_ftz_*): step 6d with each exp2 of P^T one MUFU.EX2 (exp2_ftz).
+//   step 6f (6f_overlap_products_*): step 6e with P^T, dS^T and their stores computed while products still run.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -138,11 +139,14 @@ void flash_backward_dq_beside_dkdv_cuda(const fa_shape *shape, int dtype, int bl
 void flash_backward_two_warpgroups_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                         const tc_backward_tensors *t);
 // Step 6d (6d_descriptors_once_cuda.cu): step 6c with each wgmma descriptor built once and moved by additions;
-// step 6e (6e_exp2_ftz_cuda.cu): step 6d with exp2_ftz for P^T. Step 6c's tiles, shared memory and arguments.
+// step 6e (6e_exp2_ftz_cuda.cu): step 6d with exp2_ftz for P^T; step 6f (6f_overlap_products_cuda.cu): step 6e
+// with the element-wise work done while the products still run. Step 6c's tiles, shared memory and arguments.
 void flash_backward_descriptors_once_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                           const tc_backward_tensors *t);
 void flash_backward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                   const tc_backward_tensors *t);
+void flash_backward_overlap_products_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                          const tc_backward_tensors *t);
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.
 int hopper_cuda_check_device(char *why, size_t why_len);
