@@ -7,8 +7,9 @@
 //   for the oldest products only (wgmma_wait<1>: groups complete in the order they were committed):
 //     S^T, then dP^T          -> wait for S^T only: P^T = exp2(..) while dP^T runs
 //     dV += P^T dO            -> wait for dP^T only: dS^T = P^T (dP^T - Delta) while dV runs
-//     dK += dS^T Q            -> store dS^T to shared memory and meet the barrier while dK runs
-//     dQ = dS K               -> one wait for dV, dK and dQ together.
+//     dK += dS^T Q            -> store dS^T to shared memory while dK runs, then wait for dV and dK: after the
+//                                barrier that follows, no product still reads the Q tile's buffer, which the
+//                                other warpgroup fills with its share of dQ once dQ = dS K is done.
 //   p_and_ds_by_keys is split in two for this (p_by_keys, ds_by_keys), the same operations on the same values.
 //   The registers a product in flight reads (P^T's and dS^T's fragments) or accumulates into (dP^T, dV, dK) are not
 //   written until its wait: a write would make ptxas keep the products in order itself (C7513, step 5 explains it).
@@ -188,12 +189,13 @@ backward_preprocess_kernel(const float *__restrict__ o, fa_strides o_strides, co
 // base 2 and its Delta [BLOCK_M].
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(THREADS, 1)
-backward_overlap_products_kernel(const __grid_constant__ CUtensorMap dq_map, const T *__restrict__ q, fa_strides q_strides,
-                         const T *__restrict__ k, fa_strides k_strides, const T *__restrict__ v, fa_strides v_strides,
-                         const T *__restrict__ dout, fa_strides do_strides, const float *__restrict__ lse,
-                         const float *__restrict__ delta, float *__restrict__ dk, fa_strides dk_strides,
-                         float *__restrict__ dv, fa_strides dv_strides, int64_t S_q, int64_t S_k, int64_t H,
-                         int64_t bh_first, float scale, int causal) {
+backward_overlap_products_kernel(const __grid_constant__ CUtensorMap dq_map, const T *__restrict__ q,
+                                 fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
+                                 const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout,
+                                 fa_strides do_strides, const float *__restrict__ lse, const float *__restrict__ delta,
+                                 float *__restrict__ dk, fa_strides dk_strides, float *__restrict__ dv,
+                                 fa_strides dv_strides, int64_t S_q, int64_t S_k, int64_t H, int64_t bh_first,
+                                 float scale, int causal) {
     static_assert(BLOCK_N == WARPS * WARP_ROWS && BLOCK_N == WARPGROUPS * TILE_ROWS, "one warp per 16 keys");
     static_assert(BLOCK_M == 64, "one wgmma (N = 64) covers the Q tile's queries, and one (M = 64) dQ's");
     constexpr int D_STEPS = D / MMA_K;              // wgmma steps along d (S^T, dP^T)
@@ -397,7 +399,8 @@ backward_overlap_products_kernel(const __grid_constant__ CUtensorMap dq_map, con
 
         // dS^T, rounded as dK uses it, to shared memory while dV and dK run (the stores only read ds_frag): register
         // r of ds_frag[qs] is rows g (r even) or g + 8 (r odd) of the warp's keys, queries 16qs + 2t, +1 (r < 2) or
-        // 16qs + 8 + 2t, +1 (r >= 2).
+        // 16qs + 8 + 2t, +1 (r >= 2). Then the wait for dV and dK, before the barrier: past it, both warpgroups'
+        // products that read Q and dO are done, and the buffer may take dQ's share.
 #pragma unroll
         for (int qs = 0; qs < Q_STEPS; qs++)
 #pragma unroll
@@ -406,6 +409,9 @@ backward_overlap_products_kernel(const __grid_constant__ CUtensorMap dq_map, con
                 *reinterpret_cast<uint32_t *>(ds_tile + swizzle<TILE_ROWS>(key, i / CHUNK) + i % CHUNK) =
                     ds_frag[qs][r];
             }
+        wgmma_wait<0>();
+        keep_in_registers<D_BLOCKS>(dv_acc);
+        keep_in_registers<D_BLOCKS>(dk_acc);
         fence_proxy_async();   // wgmma reads dS^T through the async proxy
         __syncthreads();   // dS^T of all eight warps, both warpgroups, is in shared memory
 
@@ -413,7 +419,7 @@ backward_overlap_products_kernel(const __grid_constant__ CUtensorMap dq_map, con
         // 128 keys (steps 0 .. 3 in warpgroup 0's tiles, 4 .. 7 in warpgroup 1's). A is dS^T [key][query] read
         // MN-major (the queries, A's M, run along its rows: 64 of them, one column block); B is 16 rows of the K
         // tile [key][d], the warpgroup's columns, summed along its rows, MN-major as in dK's products. Warp
-        // w gets queries 16w .. 16w + 15. Its group queues behind dV's and dK's: one wait for all three.
+        // w gets queries 16w .. 16w + 15.
         float dq_acc[DQ_BLOCKS][4];
 #pragma unroll
         for (int db = 0; db < DQ_BLOCKS; db++)
@@ -431,8 +437,6 @@ backward_overlap_products_kernel(const __grid_constant__ CUtensorMap dq_map, con
         }
         wgmma_commit();
         wgmma_wait<0>();
-        keep_in_registers<D_BLOCKS>(dv_acc);
-        keep_in_registers<D_BLOCKS>(dk_acc);
         keep_in_registers<DQ_BLOCKS>(dq_acc);
 
         // scale dS K into tile n's buffer (every product that read its Q and dO is done), and one thread asks the
@@ -525,8 +529,8 @@ template <typename T> static void launch_head_dim(const fa_shape *shape, const t
     }
 }
 
-extern "C" void flash_backward_overlap_products_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
-                                             const tc_backward_tensors *t) {
+extern "C" void flash_backward_overlap_products_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                                     int dq_mode, const tc_backward_tensors *t) {
     if (block_m != HOPPER_TWO_WARPGROUPS_BLOCK_M || block_n != HOPPER_TWO_WARPGROUPS_BLOCK_N)
         fa_die("step 6f is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d", HOPPER_TWO_WARPGROUPS_TILES_TEXT,
                block_m, block_n);

@@ -24,6 +24,7 @@
 //   step 6d (6d_descriptors_once_*): step 6c with its wgmma descriptors built once, in uniform registers.
 //   step 6e (6e_exp2_ftz_*): step 6d with each exp2 of P^T one MUFU.EX2 (exp2_ftz).
 //   step 6f (6f_overlap_products_*): step 6e with P^T, dS^T and their stores computed while products still run.
+//   step 6g (6g_q_tiles_by_tma_*): step 6f with Q and dO loaded by the TMA onto mbarriers: two barriers a tile fewer.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -147,6 +148,13 @@ void flash_backward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m,
                                   const tc_backward_tensors *t);
 void flash_backward_overlap_products_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
                                           const tc_backward_tensors *t);
+// Step 6g (6g_q_tiles_by_tma_cuda.cu): step 6f with each Q tile's Q and dO loaded by the TMA, reported on one mbarrier
+// per buffer; step 6c's tiles and arguments, and step 6's shared memory with the two mbarriers (8 bytes each).
+void flash_backward_q_tiles_by_tma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                        const tc_backward_tensors *t);
+static inline int64_t flash_backward_q_tiles_by_tma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return flash_backward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 2 * 8;
+}
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.
 int hopper_cuda_check_device(char *why, size_t why_len);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/hopper_bench.sh BINDIR LOGDIR [PARTS] - phase 7's ablation on a Hopper GPU: every forward step of phase 7
-# beside phase 5 step 3, the backward steps (6 and 6a to 6f) beside phase 5 step 4, and PyTorch's FlashAttention-2 and
+# beside phase 5 step 3, the backward steps (6 and 6a to 6g) beside phase 5 step 4, and PyTorch's FlashAttention-2 and
 # cuDNN backends (forward and backward), in one run on one GPU; then Nsight Compute on one launch of each forward
 # step's kernel and of each one-pass backward kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's
 # tables are read off it) and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
@@ -49,8 +49,8 @@ if [ "$PARTS" != profile ]; then {
         run $dtype 1 16 16384 128 "$causal" 128 128
         step4 $dtype 1 16 16384 64 "$causal"
     done; done
-    # The backward (steps 6 to 6f and phase 5 step 4, both dQ variants, 6a to 6f atomic only; each at the only tiles
-    # its kernels have: 64 x 64, 6c to 6f 64 x 128), and at the longer shape.
+    # The backward (steps 6 to 6g and phase 5 step 4, both dQ variants, 6a to 6g atomic only; each at the only tiles
+    # its kernels have: 64 x 64, 6c to 6g 64 x 128), and at the longer shape.
     backward() {   # backward DTYPE B H S D CAUSAL
         echo "\$ phase7_hopper --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6"
         "$BIN/phase7_hopper" --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 \
@@ -72,7 +72,7 @@ if [ "$PARTS" != profile ]; then {
 } > "$LOG" 2>&1; fi
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
-# 4e), D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have), and steps 6a to 6f's backward.
+# 4e), D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have), and steps 6a to 6g's backward.
 if [ "$PARTS" != time ]; then   # the profiler half
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
@@ -99,7 +99,7 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
     profile "$LOGDIR/hopper-ncu-step$1.txt" "step $1 ($2, D=$4, $5x$6)" "flash_forward_${2}_kernel" --step $3 --D $4 \
         --block-m $5 --block-n $6
 done
-# The backward: the one kernel (dK, dV and dQ) of steps 6a, 6b (64 x 64 tiles) and 6c to 6f (64 x 128), at D = 128
+# The backward: the one kernel (dK, dV and dQ) of steps 6a, 6b (64 x 64 tiles) and 6c to 6g (64 x 128), at D = 128
 # and 64.
 for D in 128 64; do
     profile "$LOGDIR/hopper-ncu-step6a-d$D.txt" "step 6a-d$D (backward_dkdv_dq, D=$D, 64x64)" backward_dkdv_dq_kernel \
@@ -114,6 +114,8 @@ for D in 128 64; do
         backward_exp2_ftz_kernel --step 6 --dq atomic --D $D
     profile "$LOGDIR/hopper-ncu-step6f-d$D.txt" "step 6f-d$D (backward_overlap_products, D=$D, 64x128)" \
         backward_overlap_products_kernel --step 6 --dq atomic --D $D
+    profile "$LOGDIR/hopper-ncu-step6g-d$D.txt" "step 6g-d$D (backward_q_tiles_by_tma, D=$D, 64x128)" \
+        backward_q_tiles_by_tma_kernel --step 6 --dq atomic --D $D
 done
 # The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
 # step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.
