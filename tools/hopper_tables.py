@@ -4,7 +4,7 @@
     python3 tools/hopper_tables.py LOG --table NAME     one table, as chapter 09's generated block holds it
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
-backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6e beside PyTorch's
+backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
@@ -110,7 +110,9 @@ def table_backward(rows, torch):
                         ("step 6b, dQ beside dK and dV", "step 6b bwd atomic"),
                         ("step 6c, two warpgroups over 128 keys", "step 6c bwd atomic"),
                         ("step 6d, descriptors built once", "step 6d bwd atomic"),
-                        ("step 6e, exp2 in one instruction", "step 6e bwd atomic")):
+                        ("step 6e, exp2 in one instruction", "step 6e bwd atomic"),
+                        ("step 6f, element-wise work beside the products", "step 6f bwd atomic"),
+                        ("step 6g, Q and dO by the TMA", "step 6g bwd atomic")):
         lines.append(f"| {name} | " + " | ".join(cell(rows, ("bf16", 4096, D, c, "64x64", label)) for D, c in SHAPES)
                      + " |")
     for name, backend in (("PyTorch FLASH (FlashAttention-2)", "flash"), ("PyTorch cuDNN", "cudnn")):
@@ -122,7 +124,7 @@ def table_backward(rows, torch):
 def table_backward_long(rows, torch):
     lines = ["| backward, S = 16384 | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
     for dtype in ("bf16", "fp16"):
-        for name, label in (("step 6a", "step 6a bwd atomic"), ("step 6e", "step 6e bwd atomic")):
+        for name, label in (("step 6a", "step 6a bwd atomic"), ("step 6g", "step 6g bwd atomic")):
             lines.append(f"| {name}, {dtype} | " + " | ".join(
                 cell(rows, (dtype, 16384, D, c, "64x64", label)) for D, c in SHAPES) + " |")
         for name, backend in (("PyTorch FLASH", "flash"), ("PyTorch cuDNN", "cudnn")):
@@ -177,7 +179,7 @@ NCU_D128 = [("1 wgmma", "1"), ("2 TMA", "2"), ("3 warp roles", "3"), ("4 ping-po
             ("4b exp2 ftz", "4b"), ("4d split barriers", "4d"), ("4e overlap in turn", "4e"), ("5 overlap", "5")]
 NCU_D64 = [("4b exp2 ftz, 128 x 128", "4b-d64"), ("4c three consumers, 192 x 128", "4c-d64"),
            ("4d split barriers, 192 x 128", "4d-d64"), ("4e overlap in turn, 192 x 128", "4e-d64")]
-NCU_BACKWARD = [(f"6{x}, D = {D}", f"6{x}-d{D}") for D in (128, 64) for x in "abcde"]
+NCU_BACKWARD = [(f"6{x}, D = {D}", f"6{x}-d{D}") for D in (128, 64) for x in "abcdefg"]
 
 
 def ncu_summary_path(log):
