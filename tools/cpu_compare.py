@@ -139,10 +139,19 @@ def main():
                     help="a line for the log's header, e.g. what else ran on the machine (may be repeated)")
     ap.add_argument("--passes", choices=["forward", "backward", "both"], default="both",
                     help="which half of the comparison to run (default both)")
+    ap.add_argument("--backward-tiles", metavar="MxN",
+                    help="BLOCK_M x BLOCK_N of the suite's backward rows (default: the phase 5 driver's, 128x64)")
     ap.add_argument("--table", metavar="LOG", help="print LOG's machine lines and its table, and nothing else")
     a = ap.parse_args()
     if a.table:
         return print_table(a.table)
+    tile_args = []
+    if a.backward_tiles:
+        m, _, n = a.backward_tiles.partition("x")
+        if not (m.isdigit() and n.isdigit() and int(m) > 0 and int(n) > 0):
+            print(f"cpu_compare.py: --backward-tiles {a.backward_tiles}: expected MxN, e.g. 64x128", file=sys.stderr)
+            return 2
+        tile_args = ["--block-m", m, "--block-n", n]
     try:
         import torch
     except ImportError:
@@ -205,7 +214,7 @@ def main():
         for dtype_name, step in (("fp32", "5"), ("bf16", "4")):
             suite_ms, torch_ms = {}, []
             args = ["--step", step, "--dq", "deterministic", "--B", str(B), "--H", str(H), "--S", str(S), "--D",
-                    str(D)] + (["--dtype", "bf16"] if dtype_name == "bf16" else [])
+                    str(D)] + (["--dtype", "bf16"] if dtype_name == "bf16" else []) + tile_args
             for s in range(series):
                 rows, rc, cmd = run_suite(phase5, args, a.threads)
                 failed |= rc != 0
