@@ -12,6 +12,9 @@
                                               log row's number found in its table; a log lacking rows, or holding a
                                               failed check, refused with one "error:" line; hopper_bench.sh's
                                               refusals (no phase7_hopper, a bad PARTS): one line, exit 2
+    check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is
+                                              the median of its series; a malformed --backward-tiles refused with
+                                              one line and exit 2 before anything is written (no PyTorch needed)
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
@@ -278,13 +281,37 @@ def check_hopper(tools, root, out):
                f"hopper_bench.sh with {why}: exit {proc.returncode}, stderr {proc.stderr.strip()}")
 
 
+def check_cpu_compare(tools, root, out):
+    """cpu_compare.py's --table reads the committed logs back (a row's median ms is the median of the series the log
+    printed for it), and a malformed --backward-tiles is refused before PyTorch is imported or a log written."""
+    script, figures = os.path.join(tools, "cpu_compare.py"), os.path.join(root, "docs", "figures")
+    logs = sorted(name for name in os.listdir(figures) if name.startswith("cpu-compare-") and name.endswith(".log"))
+    expect(len(logs) >= 2, f"only {len(logs)} cpu-compare logs in docs/figures")
+    for name in logs:
+        path = os.path.join(figures, name)
+        proc = subprocess.run([sys.executable, script, "--table", path], capture_output=True, text=True)
+        expect(proc.returncode == 0 and "| kind |" in proc.stdout, f"--table {name}: exit {proc.returncode}")
+        series = re.findall(r"^(backward|forward) (?:\w+ )?([\d,]+) causal=(\d):.*?\n  (step 5 bwd det fp32|step 1 register "
+                            r"tiles)\s+ms per series: ([\d. ]+)$", open(path).read(), re.M | re.S)
+        for kind, shape, causal, label, values in series[:1]:
+            median = sorted(float(v) for v in values.split())[len(values.split()) // 2]
+            row = f"| {kind} | {shape} | {'yes' if causal == '1' else 'no'} | {label} | {median:.2f} |"
+            expect(row in proc.stdout, f"{name}: no row {row}")
+    fresh(out)
+    log = os.path.join(out, "refused.log")
+    proc = subprocess.run([sys.executable, script, "--backward-tiles", "64y", "--log", log], capture_output=True,
+                          text=True)
+    expect(proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--backward-tiles" in proc.stderr
+           and not os.path.exists(log), f"--backward-tiles 64y: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+
+
 def main(argv):
-    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline", "hopper"):
+    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline", "hopper", "cpu-compare"):
         print(__doc__)
         return 2
     what, tools, second, out = argv
     {"bench": check_bench, "plots": check_plots, "npy": check_npy, "headline": check_headline,
-     "hopper": check_hopper}[what](tools, second, out)
+     "hopper": check_hopper, "cpu-compare": check_cpu_compare}[what](tools, second, out)
     print(f"{len(failures)} failure(s)" if failures else "PASSED")
     return 1 if failures else 0
 

@@ -37,6 +37,13 @@ add_test(NAME tools_hopper_tables
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_hopper_tables)
 set_tests_properties(tools_hopper_tables PROPERTIES LABELS "tools;cpu")
 
+# cpu_compare.py --table on the committed CPU comparison logs (no PyTorch needed: the logs are the input), and its
+# refusal of a malformed --backward-tiles (one line, exit 2, no log written).
+add_test(NAME tools_cpu_compare_tables
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} cpu-compare ${tools_dir} ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tools_cpu_compare_tables)
+set_tests_properties(tools_cpu_compare_tables PROPERTIES LABELS "tools;cpu")
+
 # The scripts compile (pytorch_compare.py cannot run here: no PyTorch, no GPU).
 add_test(NAME tools_py_compile
          COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
