@@ -95,7 +95,7 @@ __device__ __forceinline__ void load_tile_async(T *tile, const T *src, int64_t s
 }
 
 // The Q tile's LSE (times LOG2E: P in base 2) and Delta into shared memory, ordinary loads and stores (BLOCK_M floats
-// each, next to the cp.async of the Q and dO tiles, one per thread); 0 for rows past S_q, which are masked anyway.
+// each, next to the TMA's loads of the Q and dO tiles, one per thread); 0 for rows past S_q, which are masked anyway.
 template <int BLOCK_M>
 __device__ __forceinline__ void load_row_stats(float *lse2_tile, float *delta_tile, const float *lse,
                                                const float *delta, int64_t q_start, int64_t S_q) {

@@ -2,7 +2,7 @@
 # tests/fuzz/run.sh FUZZER SECONDS [WORKDIR] - a bounded libFuzzer run of the .npy reader.
 #
 #   FUZZER   the libFuzzer binary (build/bin/fuzz_npy, built by tests/hardening.cmake when clang is there)
-#   SECONDS  how long to fuzz (.ci/run: 60; the ctest hardening_fuzz_npy: 20)
+#   SECONDS  how long to fuzz (.ci/run: 30; the ctest hardening_fuzz_npy: 20)
 #   WORKDIR  scratch folder (default: a new temporary one); the corpus grows there, never in tests/fuzz/corpus
 #
 # Starts from the seed corpus and every saved crash (tests/fuzz/regressions), with the .npy dictionary. Exit status:
