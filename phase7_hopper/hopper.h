@@ -15,6 +15,7 @@
 //   step 4d (4d_split_barriers_*): step 4c with a landed/empty barrier pair per K buffer and per V buffer, so that
 //                       a K buffer is refilled as soon as S = Q K^T has read it.
 //   step 4e (4e_overlap_in_turn_*): step 4d with the softmax of tile n beside tile n - 1's P V inside each turn.
+//   step 4f (4f_persistent_*): step 4e as a persistent kernel: a block per SM takes Q tiles from a queue.
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma;
@@ -71,6 +72,11 @@ void flash_forward_split_barriers_cuda(const fa_shape *shape, int dtype, int blo
 void flash_forward_overlap_in_turn_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                         const tc_forward_tensors *t);
 
+// Step 4f (4f_persistent_cuda.cu): step 4e as a persistent kernel (a block per SM takes Q tiles from a queue, the
+// heaviest first); the same tiles, arguments and bits.
+void flash_forward_persistent_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                   const tc_forward_tensors *t);
+
 void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                 const tc_forward_tensors *t);
 
@@ -108,6 +114,11 @@ static inline int64_t flash_forward_warp_specialized_cuda_smem_bytes(int64_t D, 
 // Steps 4d and 4e: the same tiles, and nine mbarriers (Q, and a landed/empty pair for each of two K and two V buffers).
 static inline int64_t flash_forward_split_barriers_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     return flash_forward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 9 * 8;
+}
+
+// Step 4f: step 4e's, one mbarrier more (Q empty) and the slot of the block's current tile number (8 bytes).
+static inline int64_t flash_forward_persistent_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return flash_forward_split_barriers_cuda_smem_bytes(D, block_m, block_n) + 2 * 8;
 }
 
 // Step 6 (6_backward_cuda.cu): the backward, its dK/dV pass on wgmma (one warpgroup per 64 keys), dQ by phase 5

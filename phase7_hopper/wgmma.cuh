@@ -121,11 +121,13 @@ template <int REGISTERS> __device__ __forceinline__ void setmaxnreg_inc() {
 // same cols; a[2] = row g, cols 2t + 8, 2t + 9; a[3] = row g + 8, those cols (mma.m16n8k16's A, again).
 // The four immediates after the descriptors are scale-d (1: D += A B), the scales of A and B (1) and, for shared
 // memory operands, whether A and B are transposed (MN-major): S = Q K^T reads both K-major (0, 0); O += P V reads V
-// MN-major (1).
+// MN-major (1). The K-major _ss forms take scale-d as SCALE_D: 0 makes the instruction D = A B, the first of a
+// product, with no accumulator to set to zero before it (step 4f).
+template <int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float d[8][4], uint64_t desc_a, uint64_t desc_b, __half) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, 1, 1, 1, 0, 0;\n"
+                 "%32, %33, %34, 1, 1, 0, 0;\n"
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -134,12 +136,13 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float d[8][4], uint64_t desc_
                    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
                    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "l"(desc_a), "l"(desc_b));
+                 : "l"(desc_a), "l"(desc_b), "n"(SCALE_D));
 }
+template <int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float d[8][4], uint64_t desc_a, uint64_t desc_b, __nv_bfloat16) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, 1, 1, 1, 0, 0;\n"
+                 "%32, %33, %34, 1, 1, 0, 0;\n"
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -148,7 +151,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float d[8][4], uint64_t desc_
                    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
                    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "l"(desc_a), "l"(desc_b));
+                 : "l"(desc_a), "l"(desc_b), "n"(SCALE_D));
 }
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float d[8][4], const uint32_t a[4], uint64_t desc_b, __half) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
@@ -243,10 +246,11 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss_mn(float d[4][4], uint64_t de
 // reads A (64 x 16 halves, 2 KiB) and B (2 KiB) for 64 x 64 x 16 products, 32 clocks of an SM's tensor cores at
 // their peak: 128 bytes a clock, what an SM's shared memory delivers. m64n128k16 reads A once for 128 columns:
 // 6 KiB in 64 clocks, 96 bytes a clock. (At the speeds phase 7 reaches, chapter 09 finds no gain from it.)
+template <int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float d[16][4], uint64_t desc_a, uint64_t desc_b, __half) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, 1, 1, 1, 0, 0;\n"
+                 "%64, %65, %66, 1, 1, 0, 0;\n"
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -263,12 +267,13 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float d[16][4], uint64_t des
                    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
                    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
                    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "l"(desc_a), "l"(desc_b));
+                 : "l"(desc_a), "l"(desc_b), "n"(SCALE_D));
 }
+template <int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float d[16][4], uint64_t desc_a, uint64_t desc_b, __nv_bfloat16) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, 1, 1, 1, 0, 0;\n"
+                 "%64, %65, %66, 1, 1, 0, 0;\n"
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -285,7 +290,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float d[16][4], uint64_t des
                    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
                    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
                    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "l"(desc_a), "l"(desc_b));
+                 : "l"(desc_a), "l"(desc_b), "n"(SCALE_D));
 }
 __device__ __forceinline__ void wgmma_m64n128k16_rs(float d[16][4], const uint32_t a[4], uint64_t desc_b, __half) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -335,10 +340,10 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float d[16][4], const uint32
 
 // One wgmma of COLUMNS output columns, 64 or 128 (steps 4a on: all of a 128-key tile, or all of D, in one
 // instruction): d points at the first of its COLUMNS / 8 accumulator fragments.
-template <int COLUMNS, typename T>
+template <int COLUMNS, typename T, int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_ss(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
-    if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, type);
-    else wgmma_m64n64k16_ss(d, desc_a, desc_b, type);
+    if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss<SCALE_D>(d, desc_a, desc_b, type);
+    else wgmma_m64n64k16_ss<SCALE_D>(d, desc_a, desc_b, type);
 }
 template <int COLUMNS, typename T>
 __device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint64_t desc_b, T type) {

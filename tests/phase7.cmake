@@ -3,7 +3,7 @@
 # without a Hopper GPU, or where the build has no sm_90.
 # Shapes: fp16 and bf16; D 64 and 128; Sq != Sk both ways; lengths one past a tile; a single query row; causal with
 # Sq > Sk and Sq < Sk; the tiles 128x64 (default), 64x64 (steps 1 and 2), 128x128 and 192x64/192x128 (steps 4c
-# to 4e, D = 64).
+# to 4f, D = 64).
 set(phase7_shapes
   "fp16_B2_H3_S1_D64|--dtype|fp16|--B|2|--H|3|--S|1|--D|64"
   "bf16_B2_H2_Sq130_Sk100_D64_causal|--dtype|bf16|--B|2|--H|2|--Sq|130|--Sk|100|--D|64|--causal"
@@ -26,13 +26,15 @@ fa_add_check_test(NAME phase7_cuda_step1_fp16_B2_H2_Sq300_Sk200_D64_causal_tile6
                   --block-n 64)
 fa_add_check_test(NAME phase7_cuda_step2_bf16_B2_H2_Sq200_Sk300_D128_tile64x64 LABEL phase7 BINARY phase7_hopper
                   IMPL cuda ARGS --step 2 --dtype bf16 --B 2 --H 2 --Sq 200 --Sk 300 --D 128 --block-m 64 --block-n 64)
-# Steps 4c to 4e also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
-# whose tiles are 128-row, are left out with a note), beside the CPU twin at the same tiles.
+# Steps 4c to 4f also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
+# whose tiles are 128-row, are left out with a note), beside the CPU twin at the same tiles. The last shape has
+# more tiles (231) than an H100 holds blocks, so that step 4f's blocks take several each.
 set(phase7_192_shapes
   "bf16_B2_H2_Sq1000_Sk129_D64_causal_tile192x128|--dtype|bf16|--B|2|--H|2|--Sq|1000|--Sk|129|--D|64|--causal|--block-m|192|--block-n|128"
   "fp16_B1_H2_Sq129_Sk1000_D64_tile192x64|--dtype|fp16|--B|1|--H|2|--Sq|129|--Sk|1000|--D|64|--block-m|192|--block-n|64"
   "bf16_B2_H3_S1_D64_tile192x128|--dtype|bf16|--B|2|--H|3|--S|1|--D|64|--block-m|192|--block-n|128"
-  "fp16_B1_H2_S385_D64_causal_tile192x64|--dtype|fp16|--B|1|--H|2|--S|385|--D|64|--causal|--block-m|192|--block-n|64")
+  "fp16_B1_H2_S385_D64_causal_tile192x64|--dtype|fp16|--B|1|--H|2|--S|385|--D|64|--causal|--block-m|192|--block-n|64"
+  "bf16_B3_H11_Sq1153_Sk1000_D64_causal_tile192x128|--dtype|bf16|--B|3|--H|11|--Sq|1153|--Sk|1000|--D|64|--causal|--block-m|192|--block-n|128")
 foreach(entry ${phase7_192_shapes})
   string(REPLACE "|" ";" parts "${entry}")
   list(POP_FRONT parts name)
@@ -64,6 +66,11 @@ if(TARGET phase7_hopper_kernels)
   target_link_libraries(test_hopper_large_logits PRIVATE phase7_hopper_kernels)
   add_test(NAME phase7_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_large_logits> cuda)
   set_tests_properties(phase7_cuda_large_logits PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
+  # Step 4f (persistent) against step 4e, bit for bit, on shapes of hundreds to thousands of tiles.
+  add_executable(test_hopper_persistent test_hopper_persistent.c)
+  target_link_libraries(test_hopper_persistent PRIVATE phase7_hopper_kernels)
+  add_test(NAME phase7_cuda_persistent COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_persistent> cuda)
+  set_tests_properties(phase7_cuda_persistent PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
 endif()
 
 # The timeline build's CSV writer and its chart, without a GPU: made-up events written and read back, then drawn
