@@ -4,6 +4,7 @@
     python3 tools/hopper_tables.py LOG --table NAME     one table, as chapter 09's generated block holds it
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
+persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log).
@@ -102,6 +103,20 @@ def table_long(rows, torch):
     return "\n".join(lines)
 
 
+def table_persistent(rows, torch):
+    """Step 4f beside step 4e and cuDNN at both shapes, in each step's best tiles: step 4f's log (out of
+    tools/hopper_bench.sh's forward rows, --step 4 only)."""
+    lines = [HEADER]
+    for S in (4096, 16384):
+        for dtype in ("bf16", "fp16"):
+            for name, label in (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persistent")):
+                lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
+                    cell(rows, (dtype, S, D, c, best_tiles(D), label)) for D, c in SHAPES) + " |")
+            lines.append(f"| S = {S}, PyTorch cuDNN, {dtype} | " + " | ".join(
+                cell(torch, ("cudnn", False, dtype, S, D, c)) for D, c in SHAPES) + " |")
+    return "\n".join(lines)
+
+
 def table_backward(rows, torch):
     lines = ["| backward | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
     for name, label in (("phase 5 step 4, deterministic dQ", "p5 step 4 bwd det"),
@@ -189,7 +204,7 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward")
+    tables = ("forward", "long", "persistent", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
@@ -201,7 +216,7 @@ def main(argv):
         print(table_ncu(profiles, names, l2=name == "ncu-backward"))
         return 0
     rows, torch = read_log(log)
-    print({"forward": table_forward, "long": table_long, "backward": table_backward,
+    print({"forward": table_forward, "long": table_long, "persistent": table_persistent, "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
 
