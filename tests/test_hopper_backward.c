@@ -17,6 +17,7 @@
 #include "fa_tensor.h"
 #include "fa_test_grads.h"
 #include "hopper.h"
+#include "fa_test_hopper.h"
 #include "fa_test_expect.h"
 
 #include <stdio.h>
@@ -135,15 +136,7 @@ static void test_case(const case_spec *c) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || strcmp(argv[1], "cuda") != 0) {
-        fprintf(stderr, "usage: %s cuda\n", argv[0]);
-        return FA_EXIT_BAD_INPUT;
-    }
-    char why[256];
-    if (!fa_gpu_available(why, sizeof why) || hopper_cuda_check_device(why, sizeof why) != 0) {
-        printf("skipped: %s\n", why);
-        return FA_EXIT_SKIP;
-    }
+    fa_test_require_hopper(argc, argv);
     const case_spec cases[] = {
         {"fp16", "64", "130", "100", 1}, {"bf16", "64", "100", "130", 0}, {"bf16", "128", "130", "100", 0},
         {"fp16", "128", "65", "65", 1},  {"fp16", "64", "1", "129", 0},   {"bf16", "128", "257", "64", 1},

@@ -21,6 +21,7 @@
 #include "fa_test_lse.h"
 #include "fa_verify.h"
 #include "hopper.h"
+#include "fa_test_hopper.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -126,15 +127,7 @@ static void check_draw(fa_shape s, int dtype, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || strcmp(argv[1], "cuda") != 0) {
-        fprintf(stderr, "usage: %s cuda\n", argv[0]);
-        return FA_EXIT_BAD_INPUT;
-    }
-    char why[256];
-    if (!fa_gpu_available(why, sizeof why) || hopper_cuda_check_device(why, sizeof why) != 0) {
-        printf("skipped: %s\n", why);
-        return FA_EXIT_SKIP;
-    }
+    fa_test_require_hopper(argc, argv);
     // Causal and not, Sq != Sk both ways, lengths one past a tile, both D.
     const fa_shape shapes[] = {
         {.B = 1, .H = 2, .Sq = 300, .Sk = 300, .D = 64, .causal = 1},

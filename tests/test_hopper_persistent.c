@@ -13,6 +13,7 @@
 #include "fa_half.h"
 #include "fa_tensor.h"
 #include "hopper.h"
+#include "fa_test_hopper.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,15 +88,7 @@ static int check_case(const persistent_case *c, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || strcmp(argv[1], "cuda") != 0) {
-        fprintf(stderr, "usage: %s cuda\n", argv[0]);
-        return FA_EXIT_BAD_INPUT;
-    }
-    char why[256];
-    if (!fa_gpu_available(why, sizeof why) || hopper_cuda_check_device(why, sizeof why) != 0) {
-        printf("skipped: %s\n", why);
-        return FA_EXIT_SKIP;
-    }
+    fa_test_require_hopper(argc, argv);
     // Hundreds to thousands of tiles; B H not a multiple of the queue's 8-head groups; Sq != Sk both ways; lengths
     // one past a tile; each of step 4e's tiles.
     const persistent_case cases[] = {
