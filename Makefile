@@ -40,7 +40,8 @@ bench plots: build
 
 # The CPU tests under ASan + UBSan (docs/robustness.md). Left out: gpu (no CUDA in this build), tools and docs (no C
 # code of theirs to check), hugemem (the 2^31-element runs need more memory than the machine has once ASan adds its
-# shadow).
+# shadow) and big (the largest shapes: the same code as the smaller shapes of every phase, which run here, but
+# several times longer under ASan).
 # detect_leaks: LeakSanitizer on (the default, said out loud); libgomp's threads report nothing, so no suppressions.
 # allocator_may_return_null: an impossible request returns NULL, as glibc does, so the suite's own one-line
 # refusal (exit 2) is what gets tested, not an ASan abort. UBSan aborts on the first finding
@@ -51,7 +52,7 @@ SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_
 sanitize:
 	cmake -S . -B build-asan -DFA_SANITIZE=ON -DFA_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS) -LE "gpu|tools|docs|hugemem"
+	cd build-asan && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS) -LE "gpu|tools|docs|hugemem|big"
 
 # The PyTorch binding (python/README.md): its shared library in build-python/lib/, and its pytest suite, run by the
 # Python that CMake finds (an activated virtual environment's, or -DFA_TORCH_PYTHON=... in CMAKE_FLAGS); skipped
