@@ -72,7 +72,8 @@ if [ "$PARTS" != profile ]; then {
 } > "$LOG" 2>&1; fi
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
-# 4e), D=64 for step 4b (128x128) beside steps 4c to 4e (192x128, tiles only they have), and steps 6a to 6g's backward.
+# 4e, 4f), D=64 for step 4b (128x128) beside steps 4c to 4f (192x128, tiles only they have), and steps 6a to 6g's
+# backward.
 if [ "$PARTS" != time ]; then   # the profiler half
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SUMMARY="$LOGDIR/hopper-ncu-summary.txt"
@@ -94,28 +95,22 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
                "4 pingpong 4 128 128 128" "4a wide_wgmma 4 128 128 128" "4b exp2_ftz 4 128 128 128" \
                "4d split_barriers 4 128 128 128" "4e overlap_in_turn 4 128 128 128" "5 overlap 5 128 128 128" \
                "4b-d64 exp2_ftz 4 64 128 128" "4c-d64 three_consumers 4 64 192 128" \
-               "4d-d64 split_barriers 4 64 192 128" "4e-d64 overlap_in_turn 4 64 192 128"; do
+               "4d-d64 split_barriers 4 64 192 128" "4e-d64 overlap_in_turn 4 64 192 128" \
+               "4f persistent 4 128 128 128" "4f-d64 persistent 4 64 192 128"; do
     set -- $profile
     profile "$LOGDIR/hopper-ncu-step$1.txt" "step $1 ($2, D=$4, $5x$6)" "flash_forward_${2}_kernel" --step $3 --D $4 \
         --block-m $5 --block-n $6
 done
 # The backward: the one kernel (dK, dV and dQ) of steps 6a, 6b (64 x 64 tiles) and 6c to 6g (64 x 128), at D = 128
-# and 64.
+# and 64. name kernel tiles
 for D in 128 64; do
-    profile "$LOGDIR/hopper-ncu-step6a-d$D.txt" "step 6a-d$D (backward_dkdv_dq, D=$D, 64x64)" backward_dkdv_dq_kernel \
-        --step 6 --dq atomic --D $D
-    profile "$LOGDIR/hopper-ncu-step6b-d$D.txt" "step 6b-d$D (backward_dq_beside_dkdv, D=$D, 64x64)" \
-        backward_dq_beside_dkdv_kernel --step 6 --dq atomic --D $D
-    profile "$LOGDIR/hopper-ncu-step6c-d$D.txt" "step 6c-d$D (backward_two_warpgroups, D=$D, 64x128)" \
-        backward_two_warpgroups_kernel --step 6 --dq atomic --D $D
-    profile "$LOGDIR/hopper-ncu-step6d-d$D.txt" "step 6d-d$D (backward_descriptors_once, D=$D, 64x128)" \
-        backward_descriptors_once_kernel --step 6 --dq atomic --D $D
-    profile "$LOGDIR/hopper-ncu-step6e-d$D.txt" "step 6e-d$D (backward_exp2_ftz, D=$D, 64x128)" \
-        backward_exp2_ftz_kernel --step 6 --dq atomic --D $D
-    profile "$LOGDIR/hopper-ncu-step6f-d$D.txt" "step 6f-d$D (backward_overlap_products, D=$D, 64x128)" \
-        backward_overlap_products_kernel --step 6 --dq atomic --D $D
-    profile "$LOGDIR/hopper-ncu-step6g-d$D.txt" "step 6g-d$D (backward_q_tiles_by_tma, D=$D, 64x128)" \
-        backward_q_tiles_by_tma_kernel --step 6 --dq atomic --D $D
+    for profile in "6a dkdv_dq 64x64" "6b dq_beside_dkdv 64x64" "6c two_warpgroups 64x128" \
+                   "6d descriptors_once 64x128" "6e exp2_ftz 64x128" "6f overlap_products 64x128" \
+                   "6g q_tiles_by_tma 64x128"; do
+        set -- $profile
+        profile "$LOGDIR/hopper-ncu-step$1-d$D.txt" "step $1-d$D (backward_$2, D=$D, $3)" "backward_$2_kernel" \
+            --step 6 --dq atomic --D $D
+    done
 done
 # The warp roles over time (the timeline build, when BINDIR has it: cmake --build BUILD --target phase7_timeline):
 # step 3's per-warp clock stamps as CSV, drawn by tools/plot_timeline.py.
