@@ -8,7 +8,11 @@
 //   step 4 computes seven (kv_tile_program). S and dP are computed by queries (S = Q K^T, a vector of keys at a
 //   time), and dV += P^T dO, dK += dS^T Q read P and dS by columns; the products are step 4's two register-blocked
 //   micro-kernels (along_d_micro_kernel, along_rows_micro_kernel), 6 rows x 16 columns of sums in vector registers
-//   with AVX2 and 6 x 32 with AVX-512, picked for the CPU the program runs on (block_cols()). Two details come
+//   with AVX2 and 6 x 32 with AVX-512, picked for the CPU the program runs on (block_cols()). Three things a CPU
+//   does better its own way: P and dS are formed from a block of S and of dP while its sums are still in registers
+//   (p_micro_kernel, ds_micro_kernel), with the exponential's clamps hidden from the compiler (fa_exp2_clamped);
+//   dQ's sums start from dQ's own rows and go back there, without a copy; and the tiles start on cache lines, with
+//   rows of keys a whole number of lines long (workspace). Two details come
 //   from phase 4 instead (phase4_backward/backward_dkdv_cpu.c): Q is staged times qk_scale, so that a score is
 //   the base-2 score the forward computed, and the row's LSE is taken in base 2 as hi + lo from LSE and its residual
 //   (lse_to_base2), so that the largest p of a row comes back as accurately as the forward stored it. Delta is
@@ -28,6 +32,7 @@
 #include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 #include "fa_contract.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 // P = exp(scale S - LSE) = 2^(S * qk_scale - LSE * LOG2E): the forward's base-2 scores, from its natural-log LSE
@@ -46,6 +51,7 @@
 // Tiles are padded with zeros to a multiple of MAX_VEC columns and of ROWS rows (M_pad, N_pad below).
 #define ROWS 6
 #define MAX_VEC 32   // the widest block's columns
+#define LINE 16      // floats in a 64-byte cache line
 
 // Columns in a micro-kernel's block on this CPU: 12 vector registers of sums (fa_simd.h: the vector width of the
 // version of the hot loops the CPU runs).
@@ -55,9 +61,12 @@ static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; 
 
 // One thread's working memory, the CPU's stand-in for a block's shared memory and its warps' registers: one K/V
 // tile, staged once, and the Q tile of the moment. Every tile is padded with zeros to a multiple of MAX_VEC columns
-// (and of ROWS rows).
+// (and of ROWS rows), and starts on a cache line, as does every row of the tiles whose rows are keys (N_pad is a
+// multiple of 48, of ROWS and of LINE): a vector the micro-kernels load never straddles two lines, which would cost
+// a second load. (malloc aligns to 16 bytes only, and glibc puts a large block 16 bytes past a page boundary; a row
+// of 132 keys, 128 padded to ROWS only, would start on a line one row in four.)
 typedef struct {
-    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC (and ROWS)
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N, D rounded up to a multiple of MAX_VEC (and ROWS; N_pad of 48)
     float *q_tile, *do_tile;       // [M_pad, D_pad]  Q (times qk_scale) and dO rows
     float *k_tile;                 // [N_pad, D_pad]  K rows
     float *k_t, *v_t;              // [D, N_pad]      K and V, transposed: S and dP sum along d, keys in vectors
@@ -66,13 +75,19 @@ typedef struct {
     float *dk_acc, *dv_acc;        // [N_pad, D_pad]  dK and dV of the K/V tile, summed over the Q tiles
     float *p_tile, *ds_tile;       // [M_pad, N_pad]  S, then P; dP, then dS (the GPU: shared memory)
     float *dq_rows;                // [ROWS, D_pad]   dQ of ROWS queries while this tile's share is added
+    float exp2_lowest, exp2_highest;   // -127 and 127, fa_exp2's clamps, read from here: p_micro_kernel
+    float *allocation;             // what free() takes
 } workspace;
 
+static int64_t keys_padded(int block_n) { return round_up(round_up(block_n, MAX_VEC), 3 * LINE); }
+
+// Every tile but the last three is a whole number of cache lines (D_pad is a multiple of MAX_VEC, N_pad of LINE),
+// so each starts on a line when the first does; LINE floats more leave room to move the first to one.
 static int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t M_pad = round_up(round_up(block_m, MAX_VEC), ROWS);
-    const int64_t N_pad = round_up(round_up(block_n, MAX_VEC), ROWS);
+    const int64_t N_pad = keys_padded(block_n);
     const int64_t D_pad = round_up(D, MAX_VEC);
-    return 2 * M_pad * D_pad + 3 * N_pad * D_pad + 2 * D * N_pad + 3 * M_pad + 2 * M_pad * N_pad + ROWS * D_pad;
+    return 2 * M_pad * D_pad + 3 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad * N_pad + ROWS * D_pad + 3 * M_pad + LINE;
 }
 
 int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
@@ -81,24 +96,26 @@ int64_t flash_backward_regtile_cpu_workspace_bytes(int64_t D, int block_m, int b
 
 static workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     workspace w;
-    w.M_pad = round_up(round_up(block_m, MAX_VEC), ROWS), w.N_pad = round_up(round_up(block_n, MAX_VEC), ROWS);
+    w.M_pad = round_up(round_up(block_m, MAX_VEC), ROWS), w.N_pad = keys_padded(block_n);
     w.D_pad = round_up(D, MAX_VEC);
+    w.exp2_lowest = -127.0f, w.exp2_highest = 127.0f;
     const int64_t total = workspace_floats(D, block_m, block_n);
-    float *next = fa_alloc_floats(total, "the tiles of one backward program");
-    for (int64_t x = 0; x < total; x++) next[x] = 0.0f;   // the padding stays zero from here on
+    w.allocation = fa_alloc_floats(total, "the tiles of one backward program");
+    for (int64_t x = 0; x < total; x++) w.allocation[x] = 0.0f;   // the padding stays zero from here on
+    float *next = w.allocation + (LINE - (uintptr_t)w.allocation / sizeof(float) % LINE) % LINE;   // to a line
     w.q_tile = next, next += w.M_pad * w.D_pad;
     w.do_tile = next, next += w.M_pad * w.D_pad;
     w.k_tile = next, next += w.N_pad * w.D_pad;
     w.k_t = next, next += D * w.N_pad;
     w.v_t = next, next += D * w.N_pad;
-    w.lse2_hi = next, next += w.M_pad;
-    w.lse2_lo = next, next += w.M_pad;
-    w.delta = next, next += w.M_pad;
     w.dk_acc = next, next += w.N_pad * w.D_pad;
     w.dv_acc = next, next += w.N_pad * w.D_pad;
     w.p_tile = next, next += w.M_pad * w.N_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
-    w.dq_rows = next;
+    w.dq_rows = next, next += ROWS * w.D_pad;
+    w.lse2_hi = next, next += w.M_pad;
+    w.lse2_lo = next, next += w.M_pad;
+    w.delta = next;
     return w;
 }
 
@@ -124,20 +141,20 @@ static void stage_rows(const float *x, fa_strides strides, float factor, int64_t
 
 // The two micro-kernels. As in step 1, the ROWS x cols sums are a small local array that GCC and Clang keep in vector
 // registers because the row loop is unrolled completely and the column loop vectorised; for that the compiler must
-// know `cols`: every call passes it as a literal, 16 or 32 (along_d() and along_rows() below pick the call for the
-// width block_cols() chose), so that each inlined copy is a block of fixed size. They must be inlined into
+// know `cols`: every call passes it as a literal, 16 or 32 (p_and_ds_block() and along_rows() below pick the call for
+// the width block_cols() chose), so that each inlined copy is a block of fixed size. They must be inlined into
 // kv_tile_program, which FA_SIMD_CLONES compiles once per instruction set: a micro-kernel the compiler leaves as a
 // function of its own is compiled once, for the build's baseline (SSE2), and runs there from every clone (at 6 rows
 // GCC stopped inlining them by itself, and the backward ran far slower: hence FA_SIMD_INLINE, fa_simd.h).
 // Every product of this file is one of the two, as every mma of the CUDA twin is in mma_along_d() or mma_along_rows().
 //
-// Sums along d: out[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and
-// `cols` columns of a transposed tile b_t ([D][b_pad]), written to out ([ROWS][out_pad]). Per d it loads `cols` values
-// of b_t once and ROWS values of a, and does ROWS * cols multiply-adds with them. The sums start from the first
-// product (d = 0), not from zeros: the same values, without clearing ROWS * cols floats first.
+// Sums along d: sum[r][jj] = sum_d a[r][d] * b_t[d][jj] for ROWS rows of a row-major tile a ([rows][D_pad]) and
+// `cols` columns of a transposed tile b_t ([D][b_pad]), left in `sum` for the caller to finish while they are in
+// registers (p_micro_kernel(), ds_micro_kernel()). Per d it loads `cols` values of b_t once and ROWS values of a, and
+// does ROWS * cols multiply-adds with them. The sums start from the first product (d = 0), not from zeros: the same
+// values, without clearing ROWS * cols floats first.
 FA_SIMD_INLINE void along_d_micro_kernel(int cols, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad,
-                                         int64_t D, float *out, int64_t out_pad) {
-    float sum[ROWS][MAX_VEC];
+                                         int64_t D, float sum[ROWS][MAX_VEC]) {
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) {
         const float a_r0 = a[r * D_pad];
@@ -153,20 +170,49 @@ FA_SIMD_INLINE void along_d_micro_kernel(int cols, const float *a, int64_t D_pad
             for (int jj = 0; jj < cols; jj++) sum[r][jj] += a_rd * b_d[jj];
         }
     }
-    for (int r = 0; r < ROWS; r++)
-        for (int jj = 0; jj < cols; jj++) out[r * out_pad + jj] = sum[r][jj];
+}
+
+// ROWS x cols of P, from S = (qk_scale Q) K^T summed in registers: p = 2^((s - hi) - lo) on the way out. The clamps
+// of the exponential come from the workspace (fa_exp2_clamped(), fa_exp2.h, says why): with fa_exp2's constants in
+// sight, GCC 12 computes each exponential with twice the instructions, close to a tenth of this backward's time.
+FA_SIMD_INLINE void p_micro_kernel(int cols, const workspace *w, const float *q, const float *k_t, int64_t D,
+                                   const float *hi, const float *lo, float *p) {
+    float sum[ROWS][MAX_VEC];
+    along_d_micro_kernel(cols, q, w->D_pad, k_t, w->N_pad, D, sum);
+    const float lowest = w->exp2_lowest, highest = w->exp2_highest;
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; r++) {
+        const float hi_r = hi[r], lo_r = lo[r];
+#pragma omp simd
+        for (int jj = 0; jj < cols; jj++)
+            p[r * w->N_pad + jj] = fa_exp2_clamped((sum[r][jj] - hi_r) - lo_r, lowest, highest);
+    }
+}
+
+// ROWS x cols of dS, from dP = dO V^T summed in registers: dS = P (dP - Delta) on the way out, with the block of P
+// p_micro_kernel() has just stored (in L1 still).
+FA_SIMD_INLINE void ds_micro_kernel(int cols, const workspace *w, const float *dout, const float *v_t, int64_t D,
+                                    const float *delta, const float *p, float *ds) {
+    float sum[ROWS][MAX_VEC];
+    along_d_micro_kernel(cols, dout, w->D_pad, v_t, w->N_pad, D, sum);
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; r++) {
+        const float delta_r = delta[r];
+#pragma omp simd
+        for (int jj = 0; jj < cols; jj++) ds[r * w->N_pad + jj] = p[r * w->N_pad + jj] * (sum[r][jj] - delta_r);
+    }
 }
 
 // Sums along the rows of a tile: acc[r][dd] += sum_i a(r, i) * b[i][dd] over the first n rows of b ([rows][D_pad],
 // `cols` dims of it), for ROWS rows of acc ([ROWS][D_pad]). a(r, i) is a[r * a_row + i * a_step]: a tile read as it is
 // (dS, a_row = N_pad, a_step = 1) or as its transpose (P^T and dS^T read from P and dS, a_row = 1, a_step = N_pad),
-// since each of its values is broadcast alone. The sums start from acc and add the rows in order: dQ's sum over the
-// K tiles keeps one fixed order.
+// since each of its values is broadcast alone. acc's rows are acc_row floats apart: a tile's, or dQ's own rows. The
+// sums start from acc and add the rows in order: dQ's sum over the K tiles keeps one fixed order.
 FA_SIMD_INLINE void along_rows_micro_kernel(int cols, const float *a, int64_t a_row, int64_t a_step, int n,
-                                            const float *b, int64_t D_pad, float *acc) {
+                                            const float *b, int64_t D_pad, float *acc, int64_t acc_row) {
     float sum[ROWS][MAX_VEC];
     for (int r = 0; r < ROWS; r++)
-        for (int dd = 0; dd < cols; dd++) sum[r][dd] = acc[r * D_pad + dd];
+        for (int dd = 0; dd < cols; dd++) sum[r][dd] = acc[r * acc_row + dd];
     for (int i = 0; i < n; i++) {
         const float *b_i = b + i * D_pad;
 #pragma GCC unroll 8
@@ -177,21 +223,29 @@ FA_SIMD_INLINE void along_rows_micro_kernel(int cols, const float *a, int64_t a_
         }
     }
     for (int r = 0; r < ROWS; r++)
-        for (int dd = 0; dd < cols; dd++) acc[r * D_pad + dd] = sum[r][dd];
+        for (int dd = 0; dd < cols; dd++) acc[r * acc_row + dd] = sum[r][dd];
 }
 
 // The micro-kernels at the width block_cols() chose: `cols` is known only at run time, so each picks between two
 // calls that name it as a literal (the branch costs nothing beside the block's ROWS * cols * D multiply-adds).
-FA_SIMD_INLINE void along_d(int cols, const float *a, int64_t D_pad, const float *b_t, int64_t b_pad, int64_t D,
-                            float *out, int64_t out_pad) {
-    if (cols == 32) along_d_micro_kernel(32, a, D_pad, b_t, b_pad, D, out, out_pad);
-    else along_d_micro_kernel(16, a, D_pad, b_t, b_pad, D, out, out_pad);
+// p_and_ds_block: the block of P and of dS at queries i0 .. i0 + ROWS - 1, keys j0 .. j0 + cols - 1 of the tile pair.
+FA_SIMD_INLINE void p_and_ds_block(int cols, const workspace *w, int i0, int j0, int64_t D) {
+    const float *q = w->q_tile + i0 * w->D_pad, *dout = w->do_tile + i0 * w->D_pad;
+    const float *k_t = w->k_t + j0, *v_t = w->v_t + j0;
+    float *p = w->p_tile + i0 * w->N_pad + j0, *ds = w->ds_tile + i0 * w->N_pad + j0;
+    if (cols == 32) {
+        p_micro_kernel(32, w, q, k_t, D, w->lse2_hi + i0, w->lse2_lo + i0, p);
+        ds_micro_kernel(32, w, dout, v_t, D, w->delta + i0, p, ds);
+    } else {
+        p_micro_kernel(16, w, q, k_t, D, w->lse2_hi + i0, w->lse2_lo + i0, p);
+        ds_micro_kernel(16, w, dout, v_t, D, w->delta + i0, p, ds);
+    }
 }
 
 FA_SIMD_INLINE void along_rows(int cols, const float *a, int64_t a_row, int64_t a_step, int n, const float *b,
-                               int64_t D_pad, float *acc) {
-    if (cols == 32) along_rows_micro_kernel(32, a, a_row, a_step, n, b, D_pad, acc);
-    else along_rows_micro_kernel(16, a, a_row, a_step, n, b, D_pad, acc);
+                               int64_t D_pad, float *acc, int64_t acc_row) {
+    if (cols == 32) along_rows_micro_kernel(32, a, a_row, a_step, n, b, D_pad, acc, acc_row);
+    else along_rows_micro_kernel(16, a, a_row, a_step, n, b, D_pad, acc, acc_row);
 }
 
 // 1. Delta_i = sum_d dO_id O_id: phase 4's preprocess, backward_preprocess_cpu(), which also sets dQ = 0.
@@ -239,36 +293,19 @@ static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int
             w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
         }
 
-        // The queries, ROWS at a time: ROWS rows of S and of dP. The last group may run past the tile's queries:
-        // those rows of Q and dO are zeros, their P and dS are 0 and they add nothing.
-        for (int i0 = 0; i0 < rows; i0 += ROWS) {
-            // S_ij = (qk_scale Q_i) . K_j and dP_ij = dO_i . V_j, `cols` keys at a time.
-            for (int j0 = 0; j0 < keys_pad; j0 += cols) {
-                along_d(cols, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, p + i0 * N_pad + j0, N_pad);
-                along_d(cols, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, ds + i0 * N_pad + j0, N_pad);
-            }
-            // P from the log-sum-exp (0 past S_k and, on a diagonal tile, after the row), and dS = P * (dP - Delta).
-            for (int r = 0; r < ROWS; r++) {
-                const int i = i0 + r;
-                const int64_t row = q_start + i;
-                // The keys this query sees: 0 .. j_end - 1 (on a diagonal tile those up to the row itself; none for
-                // a query past S_q).
-                int j_end = stage == TILE_DIAGONAL && row - k_start + 1 < keys ? (int)(row - k_start + 1) : keys;
-                if (i >= rows || j_end < 0) j_end = 0;   // a row before the tile's first key sees none of it
-                const float hi = w->lse2_hi[i], lo = w->lse2_lo[i], delta_i = w->delta[i];
-                float *p_i = p + i * N_pad, *ds_i = ds + i * N_pad;
-                // The keys it does not see get the score -inf, in a loop of their own: 2^-inf = 0. (A test of j in
-                // the loop below would compare integer vectors, which the "fma" version of FA_SIMD_CLONES has only
-                // in 128 bits: the whole loop would run in 128-bit vectors.)
-                for (int j = j_end; j < keys_pad; j++) p_i[j] = -INFINITY;
-#pragma omp simd
-                for (int j = 0; j < keys_pad; j++) {
-                    const float x = (p_i[j] - hi) - lo;
-                    const float p_ij = fa_exp2(x);
-                    ds_i[j] = p_ij * (ds_i[j] - delta_i);
-                    p_i[j] = p_ij;
-                }
-            }
+        // P and dS, ROWS queries x `cols` keys at a time: S_ij = (qk_scale Q_i) . K_j becomes P, dP_ij = dO_i . V_j
+        // becomes dS = P * (dP - Delta) (p_and_ds_block). The last group may run past the tile's queries, the last
+        // block past its keys: what is there is cleared just below.
+        const int rows_pad = (int)round_up(rows, ROWS);
+        for (int i0 = 0; i0 < rows; i0 += ROWS)
+            for (int j0 = 0; j0 < keys_pad; j0 += cols) p_and_ds_block(cols, w, i0, j0, D);
+        // What a query does not see has P = dS = 0: keys past S_k, on a diagonal tile the keys after the query, and
+        // every key for a row past S_q.
+        for (int i = 0; i < rows_pad; i++) {
+            const int64_t row = q_start + i;
+            int j_end = stage == TILE_DIAGONAL && row - k_start + 1 < keys ? (int)(row - k_start + 1) : keys;
+            if (i >= rows || j_end < 0) j_end = 0;   // a row before the tile's first key sees none of it
+            for (int j = j_end; j < keys_pad; j++) p[i * N_pad + j] = ds[i * N_pad + j] = 0.0f;
         }
 
         // dV_c += sum_i P_ic dO_i and dK_c += sum_i dS_ic (qk_scale Q_i): ROWS keys x `cols` dims at a time, P and dS
@@ -277,22 +314,30 @@ static void kv_tile_program(const fa_shape *shape, int BLOCK_M, int BLOCK_N, int
         // D_pad's zeros.
         for (int c0 = 0; c0 < keys; c0 += ROWS)
             for (int64_t d0 = 0; d0 < D; d0 += cols) {
-                along_rows(cols, p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, w->dv_acc + c0 * D_pad + d0);
-                along_rows(cols, ds + c0, 1, N_pad, rows, w->q_tile + d0, D_pad, w->dk_acc + c0 * D_pad + d0);
+                along_rows(cols, p + c0, 1, N_pad, rows, w->do_tile + d0, D_pad, w->dv_acc + c0 * D_pad + d0, D_pad);
+                along_rows(cols, ds + c0, 1, N_pad, rows, w->q_tile + d0, D_pad, w->dk_acc + c0 * D_pad + d0, D_pad);
             }
 
         // This tile's share of dQ: dQ_i += sum_c dS_ic K_c, ROWS queries at a time, the keys in order. Without
-        // atomic_dq, added to the running sum this thread keeps in dQ itself (scaled once, at the end of the head);
-        // with it, summed from zero and added atomically, times scale. Queries past `rows` are never added.
+        // atomic_dq, added to the running sum this thread keeps in dQ itself (scaled once, at the end of the head):
+        // where dQ's rows are contiguous and hold whole blocks of dims, the micro-kernel's sums start from dQ and go
+        // back to it; otherwise, and for a last group short of ROWS queries, through dq_rows. With atomic_dq, summed
+        // from zero and added atomically, times scale. Queries past `rows` are never added.
         const int64_t dq_s = t->dq_strides.s, dq_d = t->dq_strides.d;
+        const int in_place = !atomic_dq && dq_d == 1 && D % cols == 0;
         for (int i0 = 0; i0 < rows; i0 += ROWS) {
             const int group = rows - i0 < ROWS ? rows - i0 : ROWS;
             float *dq_rows = w->dq_rows, *dq_i0 = dq + (q_start + i0) * dq_s;
+            if (in_place && group == ROWS) {
+                for (int64_t d0 = 0; d0 < D; d0 += cols)
+                    along_rows(cols, ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, dq_i0 + d0, dq_s);
+                continue;
+            }
             for (int r = 0; r < ROWS; r++)
                 for (int64_t d = 0; d < D; d++)
                     dq_rows[r * D_pad + d] = atomic_dq || r >= group ? 0.0f : dq_i0[r * dq_s + d * dq_d];
             for (int64_t d0 = 0; d0 < D; d0 += cols)
-                along_rows(cols, ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, dq_rows + d0);
+                along_rows(cols, ds + i0 * N_pad, N_pad, 1, keys, w->k_tile + d0, D_pad, dq_rows + d0, D_pad);
             for (int r = 0; r < group; r++)
                 for (int64_t d = 0; d < D; d++) {
                     if (atomic_dq) {
@@ -352,6 +397,6 @@ void flash_backward_regtile_cpu(const fa_shape *shape, int block_m, int block_n,
                 scale_dq_head(shape, bh, t);
             }
         }
-        free(w.q_tile);   // the start of the one allocation
+        free(w.allocation);
     }
 }

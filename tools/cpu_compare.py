@@ -139,8 +139,9 @@ def main():
                     help="a line for the log's header, e.g. what else ran on the machine (may be repeated)")
     ap.add_argument("--passes", choices=["forward", "backward", "both"], default="both",
                     help="which half of the comparison to run (default both)")
-    ap.add_argument("--backward-tiles", metavar="MxN",
-                    help="BLOCK_M x BLOCK_N of the suite's backward rows (default: the phase 5 driver's, 128x64)")
+    ap.add_argument("--backward-tiles", metavar="MxN", default="96x192",
+                    help="BLOCK_M x BLOCK_N of the suite's backward rows (default 96x192, where step 5 is fastest on "
+                         "the AMD EPYC of docs/05; the phase 5 driver's own default is 128x64)")
     ap.add_argument("--table", metavar="LOG", help="print LOG's machine lines and its table, and nothing else")
     a = ap.parse_args()
     if a.table:
