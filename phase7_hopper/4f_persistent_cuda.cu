@@ -1,5 +1,5 @@
 // 4f_persistent_cuda.cu - phase 7, step 4f, on the GPU: step 4e as a persistent kernel. One block per SM, each
-// block takes Q tiles from a shared queue until none is left, the heaviest first; fp16 or bf16 inputs.
+// block takes Q tiles from a shared queue until none is left (causal, the heaviest first); fp16 or bf16 inputs.
 //
 // What it changes against step 4e (phase7_hopper/4e_overlap_in_turn_cuda.cu): step 4e launches a block per Q tile
 // and each block pays, once per tile, what nothing overlaps: its start (barriers, setmaxnreg, the wait for the Q
@@ -166,7 +166,7 @@ __device__ __forceinline__ void produce_tiles(const forward_params &p, T *q_tile
 // [key][d]: "K-major", as the product wants) are both read from shared memory. Issued and committed as one group.
 // The first wgmma has scale-d 0 (wgmma.cuh): it writes the first 16 dimensions' sum instead of adding it to s, so s
 // needs no zeros before it. (ptxas folds zeros stored just before a wgmma into the instruction where it sees them;
-// inside this kernel's loop over Q tiles it does not, and would set the 64 registers of s one by one, every tile.)
+// inside this kernel's loop over Q tiles it does not, and would set the 64 registers of s one by one, every K tile.)
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ void issue_scores(float s[][4], const T *q_rows, const T *k_tile) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;

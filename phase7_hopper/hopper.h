@@ -72,8 +72,8 @@ void flash_forward_split_barriers_cuda(const fa_shape *shape, int dtype, int blo
 void flash_forward_overlap_in_turn_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                         const tc_forward_tensors *t);
 
-// Step 4f (4f_persistent_cuda.cu): step 4e as a persistent kernel (a block per SM takes Q tiles from a queue, the
-// heaviest first); the same tiles, arguments and bits.
+// Step 4f (4f_persistent_cuda.cu): step 4e as a persistent kernel (a block per SM takes Q tiles from a queue; causal,
+// the heaviest first); the same tiles, arguments and bits.
 void flash_forward_persistent_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                    const tc_forward_tensors *t);
 
