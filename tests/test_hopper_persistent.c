@@ -3,10 +3,10 @@
 // Usage: test_hopper_persistent cuda      (exits 77, skipped, without a Hopper GPU)
 //
 // Step 4f computes every tile exactly as step 4e does; only which block computes it, and when, changes: a block
-// takes tiles from a queue, and which block gets which tile depends on who finishes first. So on shapes with many
-// more tiles than the GPU holds blocks (every block takes several; the last group of heads is short; causal tiles
-// of every length), its O and LSE must equal step 4e's bit for bit, on two runs in a row, each into outputs
-// poisoned first. Its accuracy against the float64 oracle is checked with the other steps (tests/phase7.cmake).
+// takes tiles from a queue, and which block gets which tile depends on who finishes first. So on shapes of 14 to 264
+// tiles, three of them more than an H100 or H200 holds blocks (132: some blocks take two), with B H not a multiple of
+// 8, causal tiles of every length and each of step 4e's tile shapes, its O and LSE must equal step 4e's bit for bit,
+// on two runs in a row, each into outputs poisoned first. Its accuracy against the float64 oracle is checked with the other steps (tests/phase7.cmake).
 #include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
@@ -89,8 +89,7 @@ static int check_case(const persistent_case *c, uint64_t seed) {
 
 int main(int argc, char **argv) {
     fa_test_require_hopper(argc, argv);
-    // Hundreds to thousands of tiles; B H not a multiple of the queue's 8-head groups; Sq != Sk both ways; lengths
-    // one past a tile; each of step 4e's tiles.
+    // 264, 108, 140, 221 and 14 tiles; Sq != Sk both ways; lengths one past a tile; each of step 4e's tiles.
     const persistent_case cases[] = {
         {{.B = 3, .H = 11, .Sq = 1000, .Sk = 777, .D = 64, .causal = 1}, FA_DTYPE_FP16, 128, 64},
         {{.B = 2, .H = 9, .Sq = 700, .Sk = 1300, .D = 128, .causal = 0}, FA_DTYPE_BF16, 128, 128},
