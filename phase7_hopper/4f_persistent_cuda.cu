@@ -67,9 +67,9 @@ typedef struct {
     fa_strides o_strides;
     float *lse;                        // [B, H, S_q]
     int64_t S_q, S_k, H;
-    int BH, q_tiles;                     // B H heads, q_tiles Q tiles per head: BH q_tiles tiles in all (an int)
-    int head_group;                      // the queue's order (tile_at): heads whose tiles it lists together
-    int *next_tile;                      // the queue: the number of the next tile nobody has taken yet
+    int BH, q_tiles;                   // B H heads, q_tiles Q tiles per head: BH q_tiles tiles in all (an int)
+    int head_group;                    // the queue's order (tile_at): heads whose tiles it lists together
+    int *next_tile;                    // the queue: the number of the next tile nobody has taken yet
     float scale, qk_scale;
     int causal;
     const void *q, *k;                 // Q and K again, for the LSE's max score in double (max_key.cuh)
@@ -462,7 +462,8 @@ static void check_rows(const char *name, const void *x, fa_strides strides, int 
                (long long)strides.b, (long long)strides.h, (long long)strides.s, (long long)strides.d);
 }
 
-// The queue's counter: one int in global memory, set to 0 before every launch.
+// The queue's counter: one int in global memory on the device of the first launch (the suite runs on one), set to 0
+// before every launch.
 static int *tile_counter(void) {
     static int *counter = NULL;
     if (!counter) FA_CUDA_CHECK(cudaMalloc(&counter, sizeof(int)));
@@ -491,11 +492,12 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
         fa_die("step 4f numbers its tiles with an int: %lld heads x %lld Q tiles are too many", (long long)BH,
                (long long)q_tiles);
     int *counter = tile_counter();
+    const int head_group = shape->causal ? (int)BH : 1;   // tile_at(): causal, every head's heaviest tile first
     forward_params p = {make_tensor_map(q, q_strides, shape, shape->Sq, BLOCK_M),
                         make_tensor_map(k, k_strides, shape, shape->Sk, BLOCK_N),
                         make_tensor_map(v, v_strides, shape, shape->Sk, BLOCK_N),
-                        o, o_strides, lse, shape->Sq, shape->Sk, shape->H, (int)BH, (int)q_tiles, shape->causal ? (int)BH : 1, counter, shape->scale,
-                        shape->scale * LOG2E, shape->causal, q, k, q_strides, k_strides};
+                        o, o_strides, lse, shape->Sq, shape->Sk, shape->H, (int)BH, (int)q_tiles, head_group, counter,
+                        shape->scale, shape->scale * LOG2E, shape->causal, q, k, q_strides, k_strides};
     FA_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int)));
     kernel<<<blocks, threads, smem_bytes>>>(p);
     FA_CUDA_CHECK_LAUNCH();

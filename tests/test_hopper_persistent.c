@@ -6,7 +6,8 @@
 // takes tiles from a queue, and which block gets which tile depends on who finishes first. So on shapes of 14 to 264
 // tiles, three of them more than an H100 or H200 holds blocks (132: some blocks take two), with B H not a multiple of
 // 8, causal tiles of every length and each of step 4e's tile shapes, its O and LSE must equal step 4e's bit for bit,
-// on two runs in a row, each into outputs poisoned first. Its accuracy against the float64 oracle is checked with the other steps (tests/phase7.cmake).
+// on two runs in a row, each into outputs poisoned first. Its accuracy against the float64 oracle is checked with the
+// other steps (tests/phase7.cmake).
 #include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
