@@ -3,17 +3,18 @@
 //
 // What it adds over step 3h (phase5_tensor_cores/3h_xor_addresses_cuda.cu): a cheaper search for the key that holds a
 //   row's max (the exact LSE needs it, fa_math.h, score_in_double). Where a max moved, step 3h compares each of the
-//   lane's 16 scores of the row with the max and keeps the matching key as a 64-bit k_start + 8kb + 2t + e: two
-//   integer instructions and two selects per score, then four shuffles for the quad. The max moves often in the first
-//   tiles (for some row of the warp, in about a third of all tiles at S = 4096), so that search is a tenth of the
-//   loop's instructions. Here the lane keeps only the score's offset in its own part of the tile, 8kb + e, a
-//   constant of the unrolled loop: one compare and one select per score; k_start + 2t is added once, and the quad
-//   agrees in 32 bits (two shuffles). The mask of a diagonal or last tile compares the same offsets with the row's
-//   last visible key, less k_start + 2t: one compare per score instead of two 64-bit ones. Keys are then ints: the
-//   launch checks that S_k fits. The same keys, the same mask, the same bits.
+//   lane's 16 scores of the row (in a 64-key tile) with the max and keeps the matching key as a 64-bit k_start + 8kb
+//   + 2t + e: two integer instructions and two selects per score, then four shuffles for the quad. The max moves
+//   often in the first tiles (for some row of the warp, in about a third of all tiles at S = 4096), so that search
+//   is a tenth of the loop's instructions. Here the lane keeps only the score's offset in its own part of the tile,
+//   8kb + e, a constant of the unrolled loop: one compare and one select per score; k_start + 2t is added once, and
+//   the quad agrees in 32 bits (two shuffles). The mask of a diagonal or last tile compares the same offsets with the
+//   row's last visible key, less k_start + 2t: one compare per score instead of two 64-bit ones. Keys are then ints:
+//   the launch checks that S_k fits. The same keys, the same mask, the same bits.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the CPU has no copy: step 3's twin computes what this step computes)
 // Diff:      diff -u phase5_tensor_cores/3h_xor_addresses_cuda.cu phase5_tensor_cores/3i_key_offsets_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cuda --step 3 --dtype fp16 --B 4 --H 16 --S 4096 --D 64
+//            and with --block-n 128 (step 3i alone): the 128 x 128 tile, FlashAttention-2's at D = 64 (docs/06)
 //
 // Needs sm_80 or newer (mma.m16n8k16 with bf16, cp.async). Thread mapping: block = BLOCK_M / 32 warps; warp w owns
 // query rows q_start + 32w .. q_start + 32w + 31, as two row blocks rb = 0, 1 of 16 rows (rows 32w + 16rb ..
@@ -406,8 +407,10 @@ static void launch_tiles(const fa_shape *shape, int block_m, int block_n, const 
         launch<T, D, 64, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
     else if (block_m == 128 && block_n == 64)
         launch<T, D, 128, 64>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
+    else if (block_m == 128 && block_n == 128)
+        launch<T, D, 128, 128>(shape, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse);
     else
-        fa_die("the tensor-core kernels are compiled for BLOCK_M x BLOCK_N = %s, not %d x %d", TC_CUDA_TILES_TEXT,
+        fa_die("step 3i is compiled for BLOCK_M x BLOCK_N = %s, not %d x %d", KEY_OFFSETS_CUDA_TILES_TEXT,
                block_m, block_n);
 }
 

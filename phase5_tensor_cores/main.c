@@ -236,7 +236,7 @@ static const row_kind ROWS[] = {
     {"step 3h xor addresses", 3, NULL, run_xor_addresses_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
      tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
     {"step 3i key offsets", 3, NULL, run_key_offsets_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
-     tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
+     key_offsets_cuda_supports_tiles, KEY_OFFSETS_CUDA_TILES_TEXT, 1},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
 
@@ -321,6 +321,11 @@ static void run_device(fa_report *report, const fa_options *opt, const fa_refere
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
         if (!row_selected(opt, row) || (dev->is_cuda ? row->cuda : row->cpu) == NULL) continue;
+        if (dev->is_cuda && row->cuda_supports_tiles && !row->cuda_supports_tiles(opt->block_m, opt->block_n)) {
+            fa_report_add_note(report, "%s skipped on the GPU: its kernels are compiled for %s, not %d x %d",
+                               row->label, row->cuda_tiles_text, opt->block_m, opt->block_n);
+            continue;
+        }
         run_row(report, opt, ref, dev, row);
     }
 }
@@ -417,13 +422,24 @@ int main(int argc, char **argv) {
     if ((opt.impl & FA_IMPL_CUDA) && backward && !tc_cuda_supports_head_dim(opt.shape.D))
         fa_die("the tensor-core backward (step 4) takes D = 64 or 128 (got %lld); use --impl cpu for other sizes",
                (long long)opt.shape.D);
-    // Checked in a build without CUDA too, so that a command line means the same on every machine.
+    // Checked in a build without CUDA too, so that a command line means the same on every machine. A GPU row whose
+    // kernels are not compiled for the tiles is skipped with a note (--step 3 --block-n 128 runs step 3i alone);
+    // tiles that no selected step's GPU row is compiled for are refused.
+    const row_kind *refused = NULL;
+    int gpu_steps_for_tiles = 0;
     for (int r = 0; r < N_ROWS; r++) {
         const row_kind *row = &ROWS[r];
-        if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->cuda_supports_tiles &&
-            !row->cuda_supports_tiles(opt.block_m, opt.block_n))
-            fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
-                   "use --impl cpu for other tile sizes", row->label, row->cuda_tiles_text, opt.block_m, opt.block_n);
+        if (!(opt.impl & FA_IMPL_CUDA) || !row_selected(&opt, row) || !row->cuda_supports_tiles || row->step == 0)
+            continue;   // a baseline's row does not decide
+        if (row->cuda_supports_tiles(opt.block_m, opt.block_n)) gpu_steps_for_tiles++;
+        else if (!refused) refused = row;
+    }
+    if (refused && gpu_steps_for_tiles == 0)
+        fa_die("the CUDA kernels of %s are compiled for --block-m x --block-n = %s (got %d x %d); "
+               "use --impl cpu for other tile sizes", refused->label, refused->cuda_tiles_text, opt.block_m,
+               opt.block_n);
+    for (int r = 0; r < N_ROWS; r++) {
+        const row_kind *row = &ROWS[r];
         if ((opt.impl & FA_IMPL_CUDA) && row_selected(&opt, row) && row->half &&
             !tc_cuda_supports_head_dim(opt.shape.D))
             fa_die("the tensor-core kernels of %s take D = 64 or 128 (got %lld); use --impl cpu for other sizes",

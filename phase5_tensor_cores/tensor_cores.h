@@ -75,6 +75,13 @@ void flash_forward_xor_addresses_cuda(const fa_shape *shape, int dtype, int bloc
                                       const tc_forward_tensors *t);
 void flash_forward_key_offsets_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                     const tc_forward_tensors *t);
+// Step 3i is also compiled for 128 x 128, the tile FlashAttention-2 takes at D = 64: each K/V tile then serves 128
+// keys, so what a tile costs besides its products (the barriers, the copy wait, the row max's shuffles, rescaling O)
+// comes half as often per key (docs/06, "Wider key tiles").
+#define KEY_OFFSETS_CUDA_TILES_TEXT "64x64, 128x64 or 128x128"
+static inline int key_offsets_cuda_supports_tiles(int block_m, int block_n) {
+    return tc_cuda_supports_tiles(block_m, block_n) || (block_m == 128 && block_n == 128);
+}
 void flash_forward_lazy_rescale_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                      const tc_forward_tensors *t);
 

@@ -28,14 +28,18 @@ foreach(entry ${phase5_half_shapes})
   endforeach()
 endforeach()
 
-# Step 3 alone (--step 3: the rows 3a swizzle, 3b cp.async and 3 pipeline, one technique each; 3a and 3b are GPU
-# rows, their CPU twin is step 2's) on the odd shapes: lengths one past a tile, Sq != Sk both ways, one query row,
-# causal with Sq > Sk, both CUDA tiles.
+# Step 3 alone (--step 3: the rows 3a swizzle, 3b cp.async, 3 pipeline and 3c to 3i, one technique each; 3a, 3b and
+# 3c to 3i are GPU rows, their CPU twins are steps 2 and 3) on the odd shapes: lengths one past a tile, Sq != Sk both
+# ways, one query row, causal with Sq > Sk, every CUDA tile (128 x 128: step 3i alone, the other GPU rows skipped).
 set(phase5_step3_shapes
   "B2_H2_Sq129_Sk65_D64_causal|--B|2|--H|2|--Sq|129|--Sk|65|--D|64|--causal"
   "B2_H2_Sq65_Sk129_D128|--B|2|--H|2|--Sq|65|--Sk|129|--D|128"
   "B2_H2_Sq129_Sk65_D128_causal_tile64x64|--B|2|--H|2|--Sq|129|--Sk|65|--D|128|--causal|--block-m|64|--block-n|64"
-  "B3_H1_Sq1_Sk129_D64|--B|3|--H|1|--Sq|1|--Sk|129|--D|64")
+  "B3_H1_Sq1_Sk129_D64|--B|3|--H|1|--Sq|1|--Sk|129|--D|64"
+  "B2_H2_Sq257_Sk129_D64_causal_tile128x128|--B|2|--H|2|--Sq|257|--Sk|129|--D|64|--causal|--block-m|128|--block-n|128"
+  "B2_H2_Sq129_Sk300_D64_tile128x128|--B|2|--H|2|--Sq|129|--Sk|300|--D|64|--block-m|128|--block-n|128"
+  "B2_H2_Sq300_Sk129_D128_tile128x128|--B|2|--H|2|--Sq|300|--Sk|129|--D|128|--block-m|128|--block-n|128"
+  "B3_H1_Sq1_Sk257_D64_causal_tile128x128|--B|3|--H|1|--Sq|1|--Sk|257|--D|64|--causal|--block-m|128|--block-n|128")
 foreach(entry ${phase5_step3_shapes})
   string(REPLACE "|" ";" parts "${entry}")
   list(POP_FRONT parts name)
@@ -65,6 +69,9 @@ foreach(dtype fp16 bf16)
       endif()
       fa_add_check_test(NAME ${name} LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
                         ARGS --dtype ${dtype} --B 4 --H 16 --S 4096 --D ${D} ${causal} --check-heads 2)
+      fa_add_check_test(NAME ${name}_step3i_tile128x128 LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
+                        ARGS --step 3 --block-m 128 --block-n 128 --dtype ${dtype} --B 4 --H 16 --S 4096 --D ${D}
+                             ${causal} --check-heads 2)
     endforeach()
   endforeach()
 endforeach()
@@ -128,6 +135,8 @@ fa_add_bad_input_test(NAME phase5_bad_half_D32_cuda LABEL phase5 BINARY phase5_t
                       ARGS --impl cuda --dtype fp16 --step 2 --D 32)
 fa_add_bad_input_test(NAME phase5_bad_half_tiles_cuda LABEL phase5 BINARY phase5_tensor_cores
                       ARGS --impl cuda --dtype bf16 --step 3 --block-m 64 --block-n 32)
+fa_add_bad_input_test(NAME phase5_bad_half_tiles_cuda_64x128 LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --impl cuda --dtype bf16 --step 3 --block-m 64 --block-n 128)
 fa_add_bad_input_test(NAME phase5_bad_dtype_phase3 LABEL phase5 BINARY phase3_forward_4d ARGS --dtype fp16)
 fa_add_bad_input_test(NAME phase5_bad_step4_fp32 LABEL phase5 BINARY phase5_tensor_cores ARGS --step 4)
 fa_add_bad_input_test(NAME phase5_bad_step4_D32_cuda LABEL phase5 BINARY phase5_tensor_cores

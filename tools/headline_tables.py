@@ -369,11 +369,62 @@ TABLES = {   # name -> (where the docs show it, the function)
     "phase5-forward": ("docs/06-tensor-cores.md, phase 5 beside PyTorch", table_phase5_forward),
     "phase5-ablation": ("docs/06-tensor-cores.md, the ablation, one row per step", table_phase5_ablation),
     "phase5-readme": ("phase5_tensor_cores/README.md, Measured", table_phase5_readme),
+    "phase5-key-tiles": ("docs/06-tensor-cores.md, step 3i's two tiles", lambda log: table_phase5_key_tiles(log, 4096)),
+    "phase5-key-tiles-long": ("docs/06-tensor-cores.md, step 3i's two tiles, S = 16384",
+                              lambda log: table_phase5_key_tiles(log, 16384)),
     "step4-backward": ("docs/07-tensor-core-backward.md, What the driver shows", table_step4_backward),
     "phase6-off": ("docs/08-extensions.md, What each feature costs when it is off", table_phase6_off),
     "phase6-backward": ("docs/08-extensions.md, The backward passes, timed", table_phase6_backward),
     "splitkv": ("docs/08-extensions.md, split-KV decoding", table_splitkv),
 }
+
+
+def table_phase5_key_tiles(log, S):
+    """Step 3i at its two 128-row tiles, 128 x 64 and 128 x 128, beside PyTorch's FlashAttention-2 from the same run
+    (a log of `--step 3` runs at both tiles and `tools/pytorch_compare.py`), at S = 4096 (B=4) or 16384 (B=1); at
+    S = 4096 also the profiler's counts at D = 64 / 128, non-causal, bf16 (tools/profile.sh's reports beside the log,
+    under the log's GPU prefix: h200-ncu-step3i-key_offsets-d64.txt for h200-....log)."""
+    import ncu_tables   # the reports' reader, tools/ncu_tables.py
+    B = 4 if S == 4096 else 1
+    i3 = lambda dtype, tiles, s: log.row("phase5_tensor_cores", f"step 3i key offsets {dtype}", s[1], D=s[0],
+                                         dtype=dtype, step=3, S=S, block_n=tiles)
+    fa2 = lambda dtype, s: log.row("pytorch_compare.py", f"sdpa flash {dtype} D={s[0]}", s[1], causal=None, S=S)
+    out = [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
+                      "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
+                      "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",
+                      "medians of 10 runs after 2"), "",
+           f"| forward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    rows = (("step 3i, 128 x 64 tiles", lambda d, s: i3(d, None, s)),
+            ("step 3i, 128 x 128 tiles", lambda d, s: i3(d, 128, s)),
+            ("PyTorch FlashAttention-2", fa2))
+    for what, get in rows:
+        out.append(f"| {what} | " + " | ".join(f"{tf(get('fp16', s)):.1f} / {tf(get('bf16', s)):.1f}"
+                                               for s in SHAPES) + " |")
+    for what, get in rows[:2]:
+        out.append(f"| {what} / FlashAttention-2 | " +
+                   " | ".join(f"{ms(fa2('fp16', s)) / ms(get('fp16', s)):.2f} / "
+                              f"{ms(fa2('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
+    if S != 4096:
+        return out
+    prefix = os.path.basename(log.path).split("-")[0] + "-ncu-"
+    folder = os.path.dirname(log.path)
+    get = ncu_tables.get
+    names = ("step3i-key_offsets", "step3i128-key_offsets", "pytorch-flash")
+    reports = [[ncu_tables.read_report(folder, f"{name}-d{D}", prefix) for D in (64, 128)] for name in names]
+    links = ", ".join(f"[{n}]({n})" for n in (os.path.relpath(os.path.join(folder, f"{prefix}{name}-d{D}.txt"),
+                                                             log.link_from) for name in names for D in (64, 128)))
+    out += ["", f"The profiler on the same GPU (`tools/profile.sh`, Nsight Compute, `--clock-control none`, one launch "
+            f"each, B=4 H=16 S=4096, bf16, non-causal; the reports: {links}):", "",
+            "| D = 64 / 128 | step 3i, 128 x 64 | step 3i, 128 x 128 | FlashAttention-2 |", "|---|---|---|---|"]
+    for what, cell in (("duration", lambda r: f"{get(r, 'duration'):.2f} ms"),
+                       ("instructions issued", lambda r: ncu_tables.millions(get(r, "instructions"))),
+                       ("tensor pipe busy", lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
+                       ("shared-memory load wavefronts", lambda r: ncu_tables.millions(get(r, "wavefronts"))),
+                       ("registers per thread", lambda r: f"{get(r, 'registers'):.0f}"),
+                       ("warps per SM (of 64)", lambda r: f"{get(r, 'warps'):.1f}"),
+                       ("cycles a scheduler had no eligible warp", lambda r: f"{get(r, 'no_eligible'):.0f}%")):
+        out.append(f"| {what} | " + " | ".join(" / ".join(cell(r) for r in pair) for pair in reports) + " |")
+    return out
 
 
 def main(argv):

@@ -32,8 +32,8 @@ VALUES = {   # what the tables show -> the line of the report that holds it
 }
 
 
-def read_report(folder, name):
-    path = os.path.join(folder, PREFIX + name + ".txt")
+def read_report(folder, name, prefix=PREFIX):
+    path = os.path.join(folder, prefix + name + ".txt")
     try:
         with open(path, errors="replace") as f:
             text = f.read()

@@ -13,8 +13,8 @@
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
 # FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_STEPS the forward steps (default "1 2 3a 3b 3 3c 3d 3e
-# 3f 3g 3h 3i"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive"
-# too on request, e.g. FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
+# 3f 3g 3h 3i 3i128", the last step 3i at 128 x 128 tiles), FA_PROFILE_PASSES the passes (default "forward
+# backward"; "naive" too on request, e.g. FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
 # on the PATH (or /usr/local/cuda/bin/ncu).
 set -uo pipefail
 BIN=${1:?usage: tools/profile.sh BINDIR LOGDIR}
@@ -51,13 +51,16 @@ for D in $HEAD_DIMS; do
         # Steps 3a (swizzle), 3b (cp.async), 3c (two row blocks), 3d (exp2 ftz), 3e (copy loop), 3f (lazy
         # rescale), 3g (loop invariants), 3h (xor addresses) and 3i (key offsets) are rows of --step 3, beside step
         # 3 itself: the regex picks the kernel.
-        for step in ${FA_PROFILE_STEPS:-1 2 3a 3b 3 3c 3d 3e 3f 3g 3h 3i}; do
+        # "3i128" is step 3i at 128 x 128 tiles (with those tiles --step 3 runs step 3i alone).
+        for step in ${FA_PROFILE_STEPS:-1 2 3a 3b 3 3c 3d 3e 3f 3g 3h 3i 3i128}; do
             kernel=$(case $step in 1) echo regtile;; 2) echo mma;; 3a) echo swizzle;; 3b) echo cp_async;;
                      3) echo pipeline;; 3c) echo two_row_blocks;; 3d) echo exp2_ftz;; 3e) echo copy_loop;;
                      3f) echo lazy_rescale;; 3g) echo loop_invariants;; 3h) echo xor_addresses;;
-                     3i) echo key_offsets;; esac)
+                     3i|3i128) echo key_offsets;; esac)
+            tiles=$([ "$step" = 3i128 ] && echo "--block-m 128 --block-n 128")
             profile "step$step-$kernel-d$D" "flash_forward_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
-                --dtype bf16 --step "${step:0:1}" --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 --iters 1
+                --dtype bf16 --step "${step:0:1}" $tiles --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
+                --iters 1
         done
         # PyTorch's FlashAttention-2 forward (its kernel is named flash_fwd_kernel), on the same shape and dtype.
         profile "pytorch-flash-d$D" "flash_fwd" python3 -c "
