@@ -55,6 +55,16 @@ for D in 64 128; do
     done
 done
 
+# Step 3i at 128 x 128, FlashAttention-2's tile at D = 64 (with these tiles --step 3 runs step 3i alone).
+for D in 64 128; do
+    for causal in "" "--causal"; do
+        for dtype in bf16 fp16; do
+            run phase5_tensor_cores --impl cuda --step 3 --block-m 128 --block-n 128 --dtype $dtype --B 4 --H 16 \
+                --S 4096 --D $D $causal --check-heads 2 --iters 10
+        done
+    done
+done
+
 # Phase 5 step 4, the backward on tensor cores (docs/07-tensor-core-backward.md): both dQ variants in one run.
 for dtype in fp16 bf16; do
     for D in 64 128; do

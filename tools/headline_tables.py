@@ -388,7 +388,12 @@ def table_phase5_key_tiles(log, S):
     B = 4 if S == 4096 else 1
     i3 = lambda dtype, tiles, s: log.row("phase5_tensor_cores", f"step 3i key offsets {dtype}", s[1], D=s[0],
                                          dtype=dtype, step=3, S=S, block_n=tiles)
-    fa2 = lambda dtype, s: log.row("pytorch_compare.py", f"sdpa flash {dtype} D={s[0]}", s[1], causal=None, S=S)
+    def fa2(dtype, s):   # pytorch_compare.py runs every D and mask in one command
+        for run in log.runs:
+            if run["binary"] == "pytorch_compare.py" and run["flags"].get("--S") == str(S):
+                if (row := run["rows"].get((f"sdpa flash {dtype} D={s[0]}", s[1]))) is not None:
+                    return row
+        log.missing(f"no PyTorch row 'sdpa flash {dtype}' at S={S} D={s[0]} causal={s[1]}")
     out = [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
                       "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
                       "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",
@@ -413,8 +418,8 @@ def table_phase5_key_tiles(log, S):
     reports = [[ncu_tables.read_report(folder, f"{name}-d{D}", prefix) for D in (64, 128)] for name in names]
     links = ", ".join(f"[{n}]({n})" for n in (os.path.relpath(os.path.join(folder, f"{prefix}{name}-d{D}.txt"),
                                                              log.link_from) for name in names for D in (64, 128)))
-    out += ["", f"The profiler on the same GPU (`tools/profile.sh`, Nsight Compute, `--clock-control none`, one launch "
-            f"each, B=4 H=16 S=4096, bf16, non-causal; the reports: {links}):", "",
+    out += ["", f"On the same {log.gpu or 'GPU'}, the profiler (`tools/profile.sh`: Nsight Compute, `--clock-control "
+            f"none`, one launch each, B=4 H=16 S=4096, bf16, non-causal; the reports: {links}):", "",
             "| D = 64 / 128 | step 3i, 128 x 64 | step 3i, 128 x 128 | FlashAttention-2 |", "|---|---|---|---|"]
     for what, cell in (("duration", lambda r: f"{get(r, 'duration'):.2f} ms"),
                        ("instructions issued", lambda r: ncu_tables.millions(get(r, "instructions"))),
