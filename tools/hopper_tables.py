@@ -7,7 +7,9 @@ NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside 
 persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
-summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log).
+summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
+ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's kernels, one Nsight Compute report each beside LOG, named
+GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix: h200-phase7-ncu-step4e-d64.txt beside h200-....log).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
 what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
 number is one the phase 7 binary, tools/pytorch_compare.py or ncu printed. Standard library only. Exit status: 0
@@ -197,6 +199,57 @@ NCU_D64 = [("4b exp2 ftz, 128 x 128", "4b-d64"), ("4c three consumers, 192 x 128
 NCU_BACKWARD = [(f"6{x}, D = {D}", f"6{x}-d{D}") for D in (128, 64) for x in "abcdefg"]
 
 
+def read_report(path):
+    """One Nsight Compute report (ncu's text output): the values the cuDNN comparison shows."""
+    try:
+        text = open(path, errors="replace").read()
+    except OSError as e:
+        die(f"cannot read {path}: {e.strerror}")
+    value = lambda name: re.search(rf"^\s*{name}\s+(?:(\S+)\s+)?([\d.,]+)\s*$", text, re.MULTILINE)
+    values = {}
+    for key, name in (("duration", "Duration"), ("instructions", r"smsp__inst_executed\.sum"),
+                      ("l2_hit", r"lts__t_sector_hit_rate\.pct"), ("dram", r"dram__bytes_read\.sum"),
+                      ("registers", "Registers Per Thread"), ("threads", "Block Size"), ("grid", "Grid Size"),
+                      ("no_eligible", "No Eligible")):
+        m = value(name)
+        if not m:
+            die(f"{path} has no '{name}' line")
+        values[key] = (m.group(1), float(m.group(2).replace(",", "")))
+    return values
+
+
+# name in the table, report (h200-phase7-ncu-<report>.txt or the GPU's prefix beside the log)
+NCU_CUDNN = [("forward, D = 64", [("step 4e, 192 x 128", "step4e-d64"), ("cuDNN", "cudnn-fwd-d64")]),
+             ("forward, D = 64, causal", [("step 4e, 192 x 128", "step4e-d64-causal"),
+                                          ("step 4f, 192 x 128", "step4f-d64-causal"),
+                                          ("cuDNN", "cudnn-fwd-d64-causal")]),
+             ("forward, D = 128", [("step 4e, 128 x 128", "step4e-d128"), ("step 4f, 128 x 128", "step4f-d128"),
+                                   ("cuDNN", "cudnn-fwd-d128")]),
+             ("forward, D = 128, causal", [("step 4e, 128 x 128", "step4e-d128-causal"),
+                                           ("step 4f, 128 x 128", "step4f-d128-causal"),
+                                           ("cuDNN", "cudnn-fwd-d128-causal")]),
+             ("backward, D = 64", [("step 6a, 64 x 64", "step6a-d64"), ("cuDNN", "cudnn-bwd-d64")]),
+             ("backward, D = 128", [("step 6g, 64 x 128", "step6g-d128"), ("cuDNN", "cudnn-bwd-d128")])]
+
+
+def table_ncu_cudnn(log):
+    """Phase 7's kernels and cuDNN's under Nsight Compute, one report each, beside LOG under its GPU's prefix."""
+    folder, name = os.path.split(log)
+    prefix = name.split("-")[0] + "-phase7-ncu-"
+    ms = lambda v: v[1] / 1000 if v[0] == "us" else v[1] if v[0] == "ms" else die(f"duration in {v[0]}")
+    mb = lambda v: v[1] * {"Kbyte": 1e-3, "Mbyte": 1, "Gbyte": 1e3}[v[0]]
+    lines = ["| B=4 H=16 S=4096, bf16 | kernel | duration | instructions | grid x threads, registers at entry | "
+             "L2 hit rate | DRAM read | no eligible warp |", "|---|---|---|---|---|---|---|---|"]
+    for shape, kernels in NCU_CUDNN:
+        for i, (kernel, report) in enumerate(kernels):
+            r = read_report(os.path.join(folder, prefix + report + ".txt"))
+            lines.append(f"| {shape if i == 0 else ''} | {kernel} | {ms(r['duration']):.3f} ms | "
+                         f"{r['instructions'][1] / 1e6:,.0f} M | {r['grid'][1]:,.0f} x {r['threads'][1]:.0f}, "
+                         f"{r['registers'][1]:.0f} | {r['l2_hit'][1]:.1f}% | {mb(r['dram']):,.0f} MB | "
+                         f"{r['no_eligible'][1]:.0f}% |")
+    return "\n".join(lines)
+
+
 def ncu_summary_path(log):
     folder, name = os.path.split(log)
     return os.path.join(folder, "h100-phase7-ncu-summary.txt" if name == "h100-phase7-bench.log"
@@ -204,12 +257,16 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "persistent", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward")
+    tables = ("forward", "long", "persistent", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward",
+              "ncu-cudnn")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
     if not os.path.isfile(log):
         die(f"{log}: no such file")
+    if name == "ncu-cudnn":
+        print(table_ncu_cudnn(log))
+        return 0
     if name.startswith("ncu"):
         profiles = read_ncu(ncu_summary_path(log))
         names = {"ncu-d128": NCU_D128, "ncu-d64": NCU_D64, "ncu-backward": NCU_BACKWARD}[name]
