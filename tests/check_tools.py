@@ -242,6 +242,19 @@ def check_headline(tools, build, out):
     proc = run([sys.executable, script, path])
     expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "phase4_backward" in proc.stderr,
            f"a log without phase 4: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+    # Step 3i's two tiles beside FlashAttention-2, off the committed H200 log: the 128 x 128 row at D = 64 is the log's
+    # `--block-n 128` run, as it printed it in GFLOP/s.
+    key_tiles = os.path.join(os.path.dirname(os.path.abspath(tools)), "docs", "figures", "h200-phase5-key-tiles.log")
+    proc = run([sys.executable, script, key_tiles, "--table", "phase5-key-tiles"])
+    expect(proc.returncode == 0 and proc.stdout.startswith("Measured on an NVIDIA H200"),
+           f"--table phase5-key-tiles: exit {proc.returncode}")
+    lines = open(key_tiles).read().split("\n")
+    start = next(i for i, line in enumerate(lines) if "--block-n 128 --dtype bf16 --B 4" in line and "--D 64 " in line
+                 and "--causal" not in line)
+    timing = re.compile(r"^  step 3i key offsets bf16\s+no\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
+    tflops = float(next(m for line in lines[start:] if (m := timing.match(line))).group(1)) / 1000
+    expect(re.search(rf"^\| step 3i, 128 x 128 tiles \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
+           f"step 3i's 128 x 128 bf16 {tflops:.1f} TFLOP/s not in the key-tiles table")
 
 
 def check_hopper(tools, root, out):
@@ -251,6 +264,17 @@ def check_hopper(tools, root, out):
     for table in ("forward", "long", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward"):
         proc = subprocess.run([sys.executable, script, log, "--table", table], capture_output=True, text=True)
         expect(proc.returncode == 0 and proc.stdout.startswith("|"), f"--table {table}: exit {proc.returncode}")
+    # The cuDNN comparison reads one Nsight Compute report per kernel beside the H200 log; a missing report is refused.
+    h200 = os.path.join(root, "docs", "figures", "h200-phase7-persistent.log")
+    proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 6, f"--table ncu-cudnn: exit {proc.returncode}")
+    fresh(out)
+    lonely = os.path.join(out, "h200-phase7-persistent.log")
+    with open(lonely, "w") as f:
+        f.write(open(h200).read())
+    proc = subprocess.run([sys.executable, script, lonely, "--table", "ncu-cudnn"], capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
+           f"--table ncu-cudnn without its reports: exit {proc.returncode}, stderr {proc.stderr.strip()}")
     # A step 4e row of the log (the first 192 x 128 run) is in the forward table, as the log prints it in GFLOP/s.
     lines = open(log).read().split("\n")
     start = next(i for i, line in enumerate(lines) if "--block-m 192" in line and "--S 4096" in line)
