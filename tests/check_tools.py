@@ -295,6 +295,36 @@ def check_hopper(tools, root, out):
         proc = subprocess.run([sys.executable, script, path, "--table", "forward"], capture_output=True, text=True)
         expect(proc.returncode in (1, 2) and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
                f"{name}: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+    # tools/ncu_source_diff.py: on two small exports whose counts are known (ratio 1/2; 8 = blocks x warps), each
+    # kind of code's excess is what it should be; on the committed ones, the groups add up to the whole; exports of
+    # two different binaries are refused.
+    diff = os.path.join(tools, "ncu_source_diff.py")
+    def export(path, rows):
+        with open(path, "w") as f:
+            f.write('"Kernel Name","k"\n"Address","Source","Instructions Executed"\n')
+            for address, source, count in rows:
+                f.write(f'"{address:#x}","{source}","{count}"\n')
+    code = [("once", "IMAD R1, R2, R3, RZ", 8, 8), ("loop", "HGMMA.64x128x16", 16, 32),
+            ("every tile", "ISETP.GT.AND P0, PT, R4, R5, PT", 32, 0), ("mask", "FSEL R6, R7, -INF, P0", 8, 0)]
+    export(os.path.join(out, "causal.csv"), [(0x7f00 + 16 * i, c[1], c[2]) for i, c in enumerate(code)])
+    export(os.path.join(out, "plain.csv"), [(0x9a00 + 16 * i, c[1], c[3]) for i, c in enumerate(code)])
+    proc = subprocess.run([sys.executable, diff, os.path.join(out, "causal.csv"), os.path.join(out, "plain.csv"),
+                           "--ratio", "1/2"], capture_output=True, text=True)
+    for row in ("| once per block | 1 | 1.0 / 1.0 (0.0 M / 0.0 M) | +0.0 M |", "| causal only, once | 1 | 1.0 / 0.0",
+                "| causal only, every tile | 1 | 4.0 / 0.0", "| the rest | 1 | 2.0 / 4.0"):
+        expect(proc.returncode == 0 and row in proc.stdout, f"ncu_source_diff.py: no row '{row}' in {proc.stdout}")
+    export(os.path.join(out, "other.csv"), [(0x9a00 + 16 * i, "NOP", c[3]) for i, c in enumerate(code)])
+    proc = subprocess.run([sys.executable, diff, os.path.join(out, "causal.csv"), os.path.join(out, "other.csv"),
+                           "--ratio", "1/2"], capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
+           f"ncu_source_diff.py on two binaries: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+    figures = os.path.join(root, "docs", "figures")
+    proc = subprocess.run([sys.executable, diff, os.path.join(figures, "h200-phase7-ncu-source-step4e-d128-causal.csv.gz"),
+                           os.path.join(figures, "h200-phase7-ncu-source-step4e-d128.csv.gz"), "--ratio", "528/1024"],
+                          capture_output=True, text=True)
+    excess = [float(x) for x in re.findall(r"\| ([+-][\d.]+) M \|$", proc.stdout, re.MULTILINE)]
+    expect(proc.returncode == 0 and len(excess) == 5 and abs(sum(excess[:4]) - excess[4]) < 0.25,
+           f"ncu_source_diff.py on the committed exports: exit {proc.returncode}, excesses {excess}")
     # tools/hopper_bench.sh refuses what it cannot run, with one line and exit status 2, before it writes anything.
     bench = os.path.join(tools, "hopper_bench.sh")
     for args, why in ((["bin-that-is-not-there", out], "a BINDIR without phase7_hopper"),

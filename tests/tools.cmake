@@ -30,8 +30,9 @@ add_test(NAME tools_headline_tables
          COMMAND ${Python3_EXECUTABLE} ${tools_checker} headline ${tools_dir} ${CMAKE_BINARY_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_headline_tables)
 
-# hopper_tables.py on the committed phase 7 log: chapter 09's tables (no GPU needed: the log is the input); and
-# hopper_bench.sh's refusals of a missing binary or a bad PARTS.
+# hopper_tables.py on the committed phase 7 logs: chapter 09's tables (no GPU needed: the logs are the input);
+# ncu_source_diff.py on small exports with known counts and on the committed ones; and hopper_bench.sh's refusals of
+# a missing binary or a bad PARTS.
 add_test(NAME tools_hopper_tables
          COMMAND ${Python3_EXECUTABLE} ${tools_checker} hopper ${tools_dir} ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_hopper_tables)
@@ -49,6 +50,7 @@ add_test(NAME tools_py_compile
          COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
                  ${tools_dir}/bench.py ${tools_dir}/plot_bench.py ${tools_dir}/pytorch_compare.py
                  ${tools_dir}/headline_tables.py ${tools_dir}/hopper_tables.py ${tools_dir}/ncu_tables.py
+                 ${tools_dir}/ncu_source_diff.py
                  ${tools_dir}/log_excerpt.py
                  ${tools_dir}/kernel_rules.py ${tools_dir}/plot_concepts.py ${tools_dir}/plot_tile_maps.py
                  ${tools_dir}/plot_tensor_core_maps.py ${tools_checker})
