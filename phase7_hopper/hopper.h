@@ -16,6 +16,8 @@
 //                       a K buffer is refilled as soon as S = Q K^T has read it.
 //   step 4e (4e_overlap_in_turn_*): step 4d with the softmax of tile n beside tile n - 1's P V inside each turn.
 //   step 4f (4f_persistent_*): step 4e as a persistent kernel: a block per SM takes Q tiles from a queue.
+//   step 4g (4g_stages_once_*): step 4f with the causal bookkeeping (how many tiles, which need the mask, each row's
+//                       last key) worked out once per Q tile, the mask on 32-bit offsets.
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma;
@@ -76,6 +78,10 @@ void flash_forward_overlap_in_turn_cuda(const fa_shape *shape, int dtype, int bl
 // the heaviest first); the same tiles, arguments and bits.
 void flash_forward_persistent_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                    const tc_forward_tensors *t);
+// Step 4g (4g_stages_once_cuda.cu): step 4f with each Q tile's causal bookkeeping worked out before its K loop; the
+// same tiles, arguments, shared memory (flash_forward_persistent_cuda_smem_bytes) and bits.
+void flash_forward_stages_once_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                    const tc_forward_tensors *t);
 
 void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                 const tc_forward_tensors *t);

@@ -29,7 +29,7 @@ static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (4e) softmax beside the previous P V in each turn, (4f) a persistent grid taking tiles from a queue, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (4e) softmax beside the previous P V in each turn, (4f) a persistent grid taking tiles from a queue, (4g) the causal bookkeeping worked out once per tile, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
                "on the same input; (6) the backward with wgmma, beside phase 5 step 4.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
@@ -99,6 +99,10 @@ static void run_persistent_cuda(void *p) {
     const row_args *a = p;
     flash_forward_persistent_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
+static void run_stages_once_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_stages_once_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
 #else
 #define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
 #define run_wgmma_cuda NULL
@@ -111,6 +115,7 @@ static void run_persistent_cuda(void *p) {
 #define run_split_barriers_cuda NULL
 #define run_overlap_in_turn_cuda NULL
 #define run_persistent_cuda NULL
+#define run_stages_once_cuda NULL
 #define run_overlap_cuda NULL
 #endif
 
@@ -163,6 +168,8 @@ static const row_kind ROWS[] = {
     {"step 4e overlap in turn", 4, NULL, run_overlap_in_turn_cuda, flash_forward_split_barriers_cuda_smem_bytes,
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 4f persistent", 4, NULL, run_persistent_cuda, flash_forward_persistent_cuda_smem_bytes,
+     hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
+    {"step 4g stages once", 4, NULL, run_stages_once_cuda, flash_forward_persistent_cuda_smem_bytes,
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},

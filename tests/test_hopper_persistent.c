@@ -1,13 +1,14 @@
-// test_hopper_persistent.c - phase 7 step 4f (the persistent forward) gives step 4e's bits, run after run.
+// test_hopper_persistent.c - phase 7 steps 4f and 4g (the persistent forwards) give step 4e's bits, run after run.
 //
 // Usage: test_hopper_persistent cuda      (exits 77, skipped, without a Hopper GPU)
 //
 // Step 4f computes every tile exactly as step 4e does; only which block computes it, and when, changes: a block
-// takes tiles from a queue, and which block gets which tile depends on who finishes first. So on shapes of 14 to 264
-// tiles, three of them more than an H100 or H200 holds blocks (132: some blocks take two), with B H not a multiple of
-// 8, causal tiles of every length and each of step 4e's tile shapes, its O and LSE must equal step 4e's bit for bit,
-// on two runs in a row, each into outputs poisoned first. Its accuracy against the float64 oracle is checked with the
-// other steps (tests/phase7.cmake).
+// takes tiles from a queue, and which block gets which tile depends on who finishes first. Step 4g works out which
+// tiles need the mask, and each row's last key, in another way, and must mask the same scores. So on shapes of 6 to
+// 264 tiles, three of them more than an H100 or H200 holds blocks (132: some blocks take two), with B H not a
+// multiple of 8, causal tiles of every length (Sq > Sk and Sq < Sk, keys fewer than one tile) and each of step 4e's
+// tile shapes, their O and LSE must equal step 4e's bit for bit, on two runs in a row, each into outputs poisoned
+// first. Their accuracy against the float64 oracle is checked with the other steps (tests/phase7.cmake).
 #include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
@@ -26,6 +27,12 @@ typedef struct {
     fa_shape shape;
     int dtype, block_m, block_n;
 } persistent_case;
+
+typedef void (*forward_fn)(const fa_shape *, int, int, int, const tc_forward_tensors *);
+static const struct {
+    const char *name;
+    forward_fn run;
+} STEPS[] = {{"step 4f", flash_forward_persistent_cuda}, {"step 4g", flash_forward_stages_once_cuda}};
 
 // The first element where a and b differ, or -1.
 static int64_t first_difference(const float *a, const float *b, int64_t n) {
@@ -63,14 +70,16 @@ static int check_case(const persistent_case *c, uint64_t seed) {
 
     float *o = fa_alloc_floats(nq, "O"), *lse = fa_alloc_floats(nl, "LSE");
     int ok = 1;
-    for (int run = 1; run <= RUNS; run++) {
+    const int n_steps = (int)(sizeof STEPS / sizeof STEPS[0]);
+    for (int i = 0; i < n_steps * RUNS; i++) {   // each step, RUNS times
+        const int step = i / RUNS, run = i % RUNS + 1;
         fa_gpu_poison(o_dev, nq), fa_gpu_poison(lse_dev, nl);
-        flash_forward_persistent_cuda(&s, c->dtype, c->block_m, c->block_n, &t);
-        fa_gpu_synchronize("step 4f");
+        STEPS[step].run(&s, c->dtype, c->block_m, c->block_n, &t);
+        fa_gpu_synchronize(STEPS[step].name);
         fa_gpu_download(o, o_dev, nq), fa_gpu_download(lse, lse_dev, nl);
         const int64_t o_at = first_difference(o, o_4e, nq), lse_at = first_difference(lse, lse_4e, nl);
         const int same = o_at < 0 && lse_at < 0;
-        printf("step 4f %s seed %llu B=%lld H=%lld Sq=%lld Sk=%lld D=%lld%s tiles %dx%d, run %d: ",
+        printf("%s %s seed %llu B=%lld H=%lld Sq=%lld Sk=%lld D=%lld%s tiles %dx%d, run %d: ", STEPS[step].name,
                fa_dtype_name(c->dtype), (unsigned long long)seed, (long long)s.B, (long long)s.H, (long long)s.Sq,
                (long long)s.Sk, (long long)s.D, s.causal ? " causal" : "", c->block_m, c->block_n, run);
         if (same)
@@ -90,21 +99,24 @@ static int check_case(const persistent_case *c, uint64_t seed) {
 
 int main(int argc, char **argv) {
     fa_test_require_hopper(argc, argv);
-    // 264, 108, 140, 221 and 14 tiles; Sq != Sk both ways; lengths one past a tile; each of step 4e's tiles.
+    // 264, 108, 140, 221, 14, 24 and 6 tiles; Sq != Sk both ways, causal too; lengths one past a tile, keys fewer
+    // than a tile; each of step 4e's tiles.
     const persistent_case cases[] = {
         {{.B = 3, .H = 11, .Sq = 1000, .Sk = 777, .D = 64, .causal = 1}, FA_DTYPE_FP16, 128, 64},
         {{.B = 2, .H = 9, .Sq = 700, .Sk = 1300, .D = 128, .causal = 0}, FA_DTYPE_BF16, 128, 128},
         {{.B = 4, .H = 5, .Sq = 1153, .Sk = 1153, .D = 64, .causal = 1}, FA_DTYPE_BF16, 192, 128},
         {{.B = 1, .H = 13, .Sq = 2049, .Sk = 2049, .D = 128, .causal = 1}, FA_DTYPE_FP16, 128, 128},
         {{.B = 2, .H = 7, .Sq = 129, .Sk = 4000, .D = 64, .causal = 0}, FA_DTYPE_FP16, 192, 64},
+        {{.B = 3, .H = 4, .Sq = 200, .Sk = 700, .D = 64, .causal = 1}, FA_DTYPE_BF16, 192, 128},
+        {{.B = 2, .H = 3, .Sq = 300, .Sk = 100, .D = 128, .causal = 1}, FA_DTYPE_BF16, 128, 128},
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!check_case(&cases[i], 1 + i)) failures++;
     if (failures) {
-        fprintf(stderr, "step 4f differed from step 4e on %d shape(s)\n", failures);
+        fprintf(stderr, "steps 4f and 4g differed from step 4e on %d shape(s)\n", failures);
         return 1;
     }
-    printf("step 4f gave step 4e's bits on every shape and run\n");
+    printf("steps 4f and 4g gave step 4e's bits on every shape and run\n");
     return 0;
 }

@@ -72,7 +72,7 @@ if [ "$PARTS" != profile ]; then {
 } > "$LOG" 2>&1; fi
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
-# 4e, 4f), D=64 for step 4b (128x128) beside steps 4c to 4f (192x128, tiles only they have), and steps 6a to 6g's
+# 4e, 4f, 4g), D=64 for step 4b (128x128) beside steps 4c to 4g (192x128, tiles only they have), and steps 6a to 6g's
 # backward.
 if [ "$PARTS" != time ]; then   # the profiler half
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -96,7 +96,8 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
                "4d split_barriers 4 128 128 128" "4e overlap_in_turn 4 128 128 128" "5 overlap 5 128 128 128" \
                "4b-d64 exp2_ftz 4 64 128 128" "4c-d64 three_consumers 4 64 192 128" \
                "4d-d64 split_barriers 4 64 192 128" "4e-d64 overlap_in_turn 4 64 192 128" \
-               "4f persistent 4 128 128 128" "4f-d64 persistent 4 64 192 128"; do
+               "4f persistent 4 128 128 128" "4f-d64 persistent 4 64 192 128" \
+               "4g stages_once 4 128 128 128" "4g-d64 stages_once 4 64 192 128"; do
     set -- $profile
     profile "$LOGDIR/hopper-ncu-step$1.txt" "step $1 ($2, D=$4, $5x$6)" "flash_forward_${2}_kernel" --step $3 --D $4 \
         --block-m $5 --block-n $6

@@ -5,6 +5,7 @@
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
 persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
+stages (the same with step 4g),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
@@ -105,13 +106,16 @@ def table_long(rows, torch):
     return "\n".join(lines)
 
 
-def table_persistent(rows, torch):
-    """Step 4f beside step 4e and cuDNN at both shapes, in each step's best tiles: step 4f's log (out of
-    tools/hopper_bench.sh's forward rows, --step 4 only)."""
+PERSISTENT = (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persistent"))
+
+
+def table_persistent(rows, torch, steps=PERSISTENT):
+    """Step 4f (and with steps, 4g) beside step 4e and cuDNN at both shapes, in each step's best tiles: a log of
+    step 4's rows (out of tools/hopper_bench.sh's forward rows, --step 4 only) and PyTorch's forwards."""
     lines = [HEADER]
     for S in (4096, 16384):
         for dtype in ("bf16", "fp16"):
-            for name, label in (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persistent")):
+            for name, label in steps:
                 lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
                     cell(rows, (dtype, S, D, c, best_tiles(D), label)) for D, c in SHAPES) + " |")
             lines.append(f"| S = {S}, PyTorch cuDNN, {dtype} | " + " | ".join(
@@ -257,8 +261,8 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "persistent", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward",
-              "ncu-cudnn")
+    tables = ("forward", "long", "persistent", "stages", "backward", "backward-long", "ncu-d128", "ncu-d64",
+              "ncu-backward", "ncu-cudnn")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
@@ -273,7 +277,9 @@ def main(argv):
         print(table_ncu(profiles, names, l2=name == "ncu-backward"))
         return 0
     rows, torch = read_log(log)
-    print({"forward": table_forward, "long": table_long, "persistent": table_persistent, "backward": table_backward,
+    print({"forward": table_forward, "long": table_long, "persistent": table_persistent,
+           "stages": lambda r, t: table_persistent(r, t, PERSISTENT + (("step 4g", "step 4g stages once"),)),
+           "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
 
