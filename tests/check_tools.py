@@ -264,6 +264,10 @@ def check_hopper(tools, root, out):
     for table in ("forward", "long", "backward", "backward-long", "ncu-d128", "ncu-d64", "ncu-backward"):
         proc = subprocess.run([sys.executable, script, log, "--table", table], capture_output=True, text=True)
         expect(proc.returncode == 0 and proc.stdout.startswith("|"), f"--table {table}: exit {proc.returncode}")
+    # Step 4g's table: three shapes and types, each with its ratio to cuDNN from the same run.
+    stages = os.path.join(root, "docs", "figures", "h200-phase7-stages.log")
+    proc = subprocess.run([sys.executable, script, stages, "--table", "stages"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("step 4g / cuDNN") == 3, f"--table stages: exit {proc.returncode}")
     # The cuDNN comparison reads one Nsight Compute report per kernel beside the H200 log; a missing report is refused.
     h200 = os.path.join(root, "docs", "figures", "h200-phase7-persistent.log")
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)

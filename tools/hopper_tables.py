@@ -5,7 +5,7 @@
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
 persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
-stages (the same with step 4g),
+stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
@@ -109,17 +109,22 @@ def table_long(rows, torch):
 PERSISTENT = (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persistent"))
 
 
-def table_persistent(rows, torch, steps=PERSISTENT):
-    """Step 4f (and with steps, 4g) beside step 4e and cuDNN at both shapes, in each step's best tiles: a log of
-    step 4's rows (out of tools/hopper_bench.sh's forward rows, --step 4 only) and PyTorch's forwards."""
+def table_persistent(rows, torch, steps=PERSISTENT, shapes=((4096, "bf16"), (4096, "fp16"), (16384, "bf16"),
+                                                              (16384, "fp16")), ratio=None):
+    """Step 4f (and with steps, 4g) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
+    given: a log of step 4's rows (out of tools/hopper_bench.sh's forward rows, --step 4 only) and PyTorch's
+    forwards. With ratio (a step's name), that step's speed over cuDNN's too."""
     lines = [HEADER]
-    for S in (4096, 16384):
-        for dtype in ("bf16", "fp16"):
-            for name, label in steps:
-                lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
-                    cell(rows, (dtype, S, D, c, best_tiles(D), label)) for D, c in SHAPES) + " |")
-            lines.append(f"| S = {S}, PyTorch cuDNN, {dtype} | " + " | ".join(
-                cell(torch, ("cudnn", False, dtype, S, D, c)) for D, c in SHAPES) + " |")
+    for S, dtype in shapes:
+        for name, label in steps:
+            lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
+                cell(rows, (dtype, S, D, c, best_tiles(D), label)) for D, c in SHAPES) + " |")
+        lines.append(f"| S = {S}, PyTorch cuDNN, {dtype} | " + " | ".join(
+            cell(torch, ("cudnn", False, dtype, S, D, c)) for D, c in SHAPES) + " |")
+        if ratio:   # every row it reads was printed above (a missing one was refused there)
+            step = lambda D, c: rows[(dtype, S, D, c, best_tiles(D), dict(steps)[ratio])]
+            lines.append(f"| S = {S}, {ratio} / cuDNN, {dtype} | " + " | ".join(
+                f"{step(D, c) / torch[('cudnn', False, dtype, S, D, c)]:.2f}" for D, c in SHAPES) + " |")
     return "\n".join(lines)
 
 
@@ -278,7 +283,8 @@ def main(argv):
         return 0
     rows, torch = read_log(log)
     print({"forward": table_forward, "long": table_long, "persistent": table_persistent,
-           "stages": lambda r, t: table_persistent(r, t, PERSISTENT + (("step 4g", "step 4g stages once"),)),
+           "stages": lambda r, t: table_persistent(r, t, PERSISTENT + (("step 4g", "step 4g stages once"),),
+                                                   ((4096, "bf16"), (4096, "fp16"), (16384, "bf16")), "step 4g"),
            "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
