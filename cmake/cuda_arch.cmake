@@ -1,7 +1,8 @@
 # Decide whether to build CUDA code, and for which GPUs.
 # - the user's CMAKE_CUDA_ARCHITECTURES always wins: the CUDA code compiles for it, GPU or not (the portable list,
 #   -DCMAKE_CUDA_ARCHITECTURES="75;80-real;90-real", compiles every kernel for every GPU generation the README
-#   promises; CI passes "75-virtual;90-virtual", PTX for the oldest generation and for Hopper);
+#   promises; CI passes "75-virtual", PTX for the oldest generation: no source branches on the generation, so that
+#   is every line, and phase 7 compiles for sm_90a, the one it exists for);
 # - otherwise build for the GPU visible now (nvidia-smi reports its compute capability);
 # - otherwise (no GPU here: a learner's laptop) the CPU versions only. Nothing compiled for a GPU could run here, and
 #   compiling every kernel even for one architecture takes about ten minutes on 2 cores, against one for the C code.

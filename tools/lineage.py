@@ -4,7 +4,9 @@
   lineage.py layers [--root DIR]       the include layering: common/ (the foundation) includes only common/; a lesson
                                        (a phase folder) includes only the foundation and its own phase's headers;
                                        tools/ includes only the foundation; every quoted include names one file of
-                                       the tree; no include cycle.
+                                       the tree; no include cycle; and no source branches on the GPU generation
+                                       (__CUDA_ARCH__), so that compiling for one generation compiles every line
+                                       (CI compiles the CUDA code for the oldest the README promises).
   lineage.py check [--root DIR]        every derived file of lineage.tsv exists, and its diff against its base stays
                                        within its budget (changed lines: the + and - lines of `diff -u`).
   lineage.py docs [--root DIR] [--write]   the diff tables between <!-- lineage:... --> markers in the docs are
@@ -22,6 +24,7 @@ import tempfile
 
 SOURCE_SUFFIXES = ('.c', '.h', '.cu', '.cuh')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+ARCH_BRANCH = re.compile(r'^\s*#\s*(?:if|ifdef|ifndef|elif)\b.*__CUDA_ARCH__', re.MULTILINE)
 
 
 def source_files(root):
@@ -57,6 +60,9 @@ def check_layers(root):
             text = handle.read()
         layer, phase = layer_of(f)
         edges[f] = []
+        if ARCH_BRANCH.search(text):
+            problems.append('%s: branches on __CUDA_ARCH__; a kernel that needs a newer GPU says so at run time '
+                            '(the driver checks the compute capability) and compiles for every generation' % f)
         for name in INCLUDE.findall(text):
             here = os.path.normpath(os.path.join(os.path.dirname(f), name))
             candidates = [here] if here in files else by_name.get(os.path.basename(name), [])
@@ -262,9 +268,10 @@ def self_test():
         write('phase2_b/kernel_cpu.c', '#include "lesson.h"\nint a;\nint b;\nint c;\n')   # another phase's header
         write('phase1_a/kernel_cpu.c', 'int a;\n')
         write('tools/tool.c', '#include "lesson.h"\n#include "nowhere.h"\n')    # tools above the foundation; no file
+        write('phase1_a/kernel_cuda.cu', '#if __CUDA_ARCH__ >= 800\nint a;\n#endif\n')    # a branch on the GPU
         problems, _, _ = check_layers(root)
         for want in ('the foundation includes', 'include cycle', 'includes phase1_a/lesson.h, a header of another',
-                     'tools/ includes', 'names no file'):
+                     'tools/ includes', 'names no file', 'phase1_a/kernel_cuda.cu: branches on __CUDA_ARCH__'):
             if not any(want in p for p in problems):
                 failures.append('layers: not found: ' + want)
         write(MANIFEST, 'phase2_b/kernel_cpu.c\tphase1_a/kernel_cpu.c\tthree ints\t2\tt\tr\n'
