@@ -122,6 +122,24 @@ FA_HOST_DEVICE static inline int causal_tile_stage(int causal, int64_t q_start, 
     return TILE_DIAGONAL;
 }
 
+// What a Q tile's K loop can work out once from that rule, before the loop (phase 5 step 3g, phase 7 step 4g):
+// - how many K tiles it visits: those that exist and, causal, whose first key is not after the Q tile's last row
+//   (the TILE_FUTURE tiles all come after the others);
+// - the first that needs the mask: causal, the first whose last key is after the Q tile's first row (a diagonal
+//   tile), else the last tile when S_k cuts it short. Every visited tile from there on needs it, none before.
+// tests/test_phase3_tiles.c checks both against causal_tile_stage() tile by tile.
+FA_HOST_DEVICE static inline int64_t tiles_visited(int causal, int64_t q_start, int block_m, int block_n, int64_t S_q,
+                                                   int64_t S_k) {
+    const int64_t all = (S_k + block_n - 1) / block_n;
+    if (!causal) return all;
+    const int64_t q_last = (q_start + block_m < S_q ? q_start + block_m : S_q) - 1;
+    return q_last / block_n + 1 < all ? q_last / block_n + 1 : all;
+}
+FA_HOST_DEVICE static inline int64_t first_masked_tile(int causal, int64_t q_start, int block_n, int64_t S_k) {
+    const int64_t whole = S_k / block_n;   // tiles whose block_n keys all exist
+    return causal && (q_start + 1) / block_n < whole ? (q_start + 1) / block_n : whole;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,22 +73,11 @@ typedef struct {
     fa_strides q_strides, k_strides;
 } forward_params;
 
-// How many K tiles the block visits: up to the end of K or, causal, up to the first tile in the future, the first
-// whose first key is past the Q tile's last row.
+// How many K tiles the block visits: up to the end of K or, causal, up to the first tile in the future; one formula
+// (fa_contract.h, beside the rule it follows).
 template <int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ int64_t tiles_to_visit(const forward_params &p, int64_t q_start) {
-    const int64_t all = (p.S_k + BLOCK_N - 1) / BLOCK_N;
-    if (!p.causal) return all;
-    const int64_t q_last = (q_start + BLOCK_M < p.S_q ? q_start + BLOCK_M : p.S_q) - 1;
-    return q_last / BLOCK_N + 1 < all ? q_last / BLOCK_N + 1 : all;
-}
-
-// The first K tile that needs the mask: causal, the first whose last key is past the Q tile's first row (it reaches
-// some row's own key); or the short last tile, whose keys run past S_k. Every tile from there on is masked.
-template <int BLOCK_N>
-__device__ __forceinline__ int64_t first_masked_tile(const forward_params &p, int64_t q_start) {
-    const int64_t whole = p.S_k / BLOCK_N;   // tiles whose BLOCK_N keys all exist
-    return p.causal && (q_start + 1) / BLOCK_N < whole ? (q_start + 1) / BLOCK_N : whole;
+    return tiles_visited(p.causal, q_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k);
 }
 
 // Tile i of the queue: its head bh and its first query row. Groups of head_group heads one after the other (the last
@@ -214,9 +203,9 @@ __device__ __forceinline__ void softmax_tile(float s[][4], float m_i[2], float l
                                              const int64_t last_key[2], int64_t k_start, float qk_scale, int t) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;
     // Mask: keys past the last one a row may see (last_key: S_k - 1, or causal the row itself) get -INFINITY. Only
-    // the tiles from first_masked_tile() on have any (a test uniform over the block). The lane's score e of key
-    // block kb is key k_start + 2t + 8kb + e: against the row's last key less k_start + 2t, one 32-bit number per
-    // row (clamped to the tile), 8kb + e is a constant. The scores stay raw.
+    // the tiles from first_masked_tile() on (fa_contract.h) have any (a test uniform over the block). The lane's
+    // score e of key block kb is key k_start + 2t + 8kb + e: against the row's last key less k_start + 2t, one 32-bit
+    // number per row (clamped to the tile), 8kb + e is a constant. The scores stay raw.
     if (masked) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -370,7 +359,7 @@ flash_forward_stages_once_kernel(const __grid_constant__ forward_params p) {
         // scores, in a turn of their own) and the last leaves it alone (its P V): n_tiles + 1 turns in all.
         const int64_t n_tiles = tiles_to_visit<BLOCK_M, BLOCK_N>(p, q_start);   // at least 1: row q_start sees key 0
         // What the mask needs, worked out once for the Q tile: from which tile on, and each row's last visible key.
-        const int64_t first_masked = first_masked_tile<BLOCK_N>(p, q_start);
+        const int64_t first_masked = first_masked_tile(p.causal, q_start, BLOCK_N, p.S_k);   // fa_contract.h
         int64_t last_key[2];
 #pragma unroll
         for (int r = 0; r < 2; r++)

@@ -26,7 +26,7 @@ fa_add_check_test(NAME phase7_cuda_step1_fp16_B2_H2_Sq300_Sk200_D64_causal_tile6
                   --block-n 64)
 fa_add_check_test(NAME phase7_cuda_step2_bf16_B2_H2_Sq200_Sk300_D128_tile64x64 LABEL phase7 BINARY phase7_hopper
                   IMPL cuda ARGS --step 2 --dtype bf16 --B 2 --H 2 --Sq 200 --Sk 300 --D 128 --block-m 64 --block-n 64)
-# Steps 4c to 4f also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
+# Steps 4c to 4g also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
 # whose tiles are 128-row, are left out with a note), beside the CPU twin at the same tiles.
 set(phase7_192_shapes
   "bf16_B2_H2_Sq1000_Sk129_D64_causal_tile192x128|--dtype|bf16|--B|2|--H|2|--Sq|1000|--Sk|129|--D|64|--causal|--block-m|192|--block-n|128"
@@ -41,8 +41,8 @@ foreach(entry ${phase7_192_shapes})
                       ARGS --step 4 ${parts})
   endforeach()
 endforeach()
-# More tiles (231) than an H100 or H200 holds blocks, so that step 4f's blocks take two each: the GPU rows only (the
-# CPU twin's code is the same at the smaller shapes above).
+# More tiles (231) than an H100 or H200 holds blocks, so that the blocks of steps 4f and 4g take two each: the GPU
+# rows only (the CPU twin's code is the same at the smaller shapes above).
 fa_add_check_test(NAME phase7_cuda_step4_bf16_B3_H11_Sq1153_Sk1000_D64_causal_tile192x128 LABEL phase7 BINARY
                   phase7_hopper IMPL cuda ARGS --step 4 --dtype bf16 --B 3 --H 11 --Sq 1153 --Sk 1000 --D 64 --causal
                   --block-m 192 --block-n 128)

@@ -4,7 +4,8 @@
 //
 // 1. causal_tile_stage() (common/fa_contract.h), the rule the kernels and the figure use, against a brute
 //    force over the elements of each (Q tile, K tile) pair: future when no row of the tile sees any key of it, full
-//    when every row sees every key, diagonal otherwise.
+//    when every row sees every key, diagonal otherwise; and tiles_visited() and first_masked_tile(), what a K loop
+//    works out before it starts, against the rule applied tile by tile.
 // 2. The CPU kernels of steps 2 and 3 report how many (Q tile, K tile) pairs they processed (tiles_visited): it must
 //    equal the number of pairs on or below the diagonal, counted here element by element, without the rule; and,
 //    without the causal mask, every pair. Their output is checked against the float64 oracle at the same time, so a
@@ -56,6 +57,45 @@ static void test_rule(void) {
                         }
                 }
     printf("causal_tile_stage: %lld (Q tile, K tile) pairs agree with the element-by-element count\n",
+           (long long)checked);
+}
+
+// 1b. What a K loop works out before it starts (tiles_visited(), first_masked_tile()), against the rule applied tile
+// by tile: the loop visits the tiles up to the first in the future, and the first that needs the mask is the first
+// diagonal tile or a last tile that S_k cuts short; every visited tile before it is full and whole.
+static void test_loop_bounds(void) {
+    const int64_t sizes[] = {1, 2, 7, 17, 64, 65, 100, 128, 257};
+    const int tiles[] = {1, 3, 16, 32, 64, 100, 128, 192};
+    int64_t checked = 0;
+    for (int a = 0; a < 9; a++)
+        for (int b = 0; b < 9; b++)
+            for (int x = 0; x < 8; x++)
+                for (int y = 0; y < 8; y++)
+                    for (int causal = 0; causal <= 1; causal++) {
+                        const int64_t S_q = sizes[a], S_k = sizes[b];
+                        const int bm = tiles[x], bn = tiles[y];
+                        for (int64_t q_start = 0; q_start < S_q; q_start += bm) {
+                            int64_t visited = 0, first_masked = -1;
+                            for (int64_t k = 0; k < S_k; k += bn, visited++) {
+                                const int stage = causal_tile_stage(causal, q_start, k, bm, bn, S_q, S_k);
+                                if (stage == TILE_FUTURE) break;
+                                if (first_masked < 0 && (stage == TILE_DIAGONAL || k + bn > S_k))
+                                    first_masked = visited;
+                            }
+                            const int64_t got_visited = tiles_visited(causal, q_start, bm, bn, S_q, S_k);
+                            const int64_t got_first = first_masked_tile(causal, q_start, bn, S_k);
+                            checked++;
+                            EXPECT_MSG(got_visited == visited, "tiles_visited(causal %d, Sq=%lld Sk=%lld %dx%d, "
+                                       "q %lld) = %lld, expected %lld", causal, (long long)S_q, (long long)S_k, bm, bn,
+                                       (long long)q_start, (long long)got_visited, (long long)visited);
+                            // Past the visited tiles the first masked one does not matter: the loop never gets there.
+                            EXPECT_MSG(first_masked < 0 ? got_first >= visited : got_first == first_masked,
+                                       "first_masked_tile(causal %d, Sk=%lld, bn %d, q %lld) = %lld, expected %lld",
+                                       causal, (long long)S_k, bn, (long long)q_start, (long long)got_first,
+                                       (long long)first_masked);
+                        }
+                    }
+    printf("tiles_visited, first_masked_tile: %lld Q tiles agree with the rule applied tile by tile\n",
            (long long)checked);
 }
 
@@ -115,6 +155,7 @@ static void test_kernels(fa_shape shape, int bm, int bn) {
 
 int main(void) {
     test_rule();
+    test_loop_bounds();
     const struct {
         int64_t B, H, Sq, Sk, D;
         int bm, bn;

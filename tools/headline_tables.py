@@ -99,9 +99,6 @@ class Log:
         self.missing(f"no cuda row '{label}' (causal {causal}) from {binary} with "
                      + " ".join(f"{k}={v}" for k, v in flags.items() if k != "causal"))
 
-    def torch(self, label, D, causal):
-        return self.row("pytorch_compare.py", f"{label} D={D}", causal, causal=None)
-
     def missing(self, what):
         print(f"error: {self.path}: {what}", file=sys.stderr)
         sys.exit(2)
@@ -117,12 +114,14 @@ ms = lambda r: float(r["ms"])
 tf = lambda r: float(r["gflops"]) / 1000
 
 
-def torch_row(log, label, D, causal):
-    # pytorch_compare.py labels its rows without "--causal" in the command: every shape is in one run.
+def torch_row(log, label, D, causal, S=None):
+    # pytorch_compare.py labels its rows without "--causal" in the command: every shape is in one run (with S, one of
+    # the runs with that --S).
     for run in log.runs:
-        if run["binary"] == "pytorch_compare.py" and (f"{label} D={D}", causal) in run["rows"]:
+        if run["binary"] == "pytorch_compare.py" and (S is None or run["flags"].get("--S") == str(S)) and \
+                (f"{label} D={D}", causal) in run["rows"]:
             return run["rows"][(f"{label} D={D}", causal)]
-    log.missing(f"no PyTorch row '{label}' at D={D} causal={causal}")
+    log.missing(f"no PyTorch row '{label}' at D={D} causal={causal}" + (f" S={S}" if S else ""))
 
 
 def table_readme(log):
@@ -388,12 +387,7 @@ def table_phase5_key_tiles(log, S):
     B = 4 if S == 4096 else 1
     i3 = lambda dtype, tiles, s: log.row("phase5_tensor_cores", f"step 3i key offsets {dtype}", s[1], D=s[0],
                                          dtype=dtype, step=3, S=S, block_n=tiles)
-    def fa2(dtype, s):   # pytorch_compare.py runs every D and mask in one command
-        for run in log.runs:
-            if run["binary"] == "pytorch_compare.py" and run["flags"].get("--S") == str(S):
-                if (row := run["rows"].get((f"sdpa flash {dtype} D={s[0]}", s[1]))) is not None:
-                    return row
-        log.missing(f"no PyTorch row 'sdpa flash {dtype}' at S={S} D={s[0]} causal={s[1]}")
+    fa2 = lambda dtype, s: torch_row(log, f"sdpa flash {dtype}", s[0], s[1], S)
     out = [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
                       "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
                       "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",

@@ -208,25 +208,6 @@ NCU_D64 = [("4b exp2 ftz, 128 x 128", "4b-d64"), ("4c three consumers, 192 x 128
 NCU_BACKWARD = [(f"6{x}, D = {D}", f"6{x}-d{D}") for D in (128, 64) for x in "abcdefg"]
 
 
-def read_report(path):
-    """One Nsight Compute report (ncu's text output): the values the cuDNN comparison shows."""
-    try:
-        text = open(path, errors="replace").read()
-    except OSError as e:
-        die(f"cannot read {path}: {e.strerror}")
-    value = lambda name: re.search(rf"^\s*{name}\s+(?:(\S+)\s+)?([\d.,]+)\s*$", text, re.MULTILINE)
-    values = {}
-    for key, name in (("duration", "Duration"), ("instructions", r"smsp__inst_executed\.sum"),
-                      ("l2_hit", r"lts__t_sector_hit_rate\.pct"), ("dram", r"dram__bytes_read\.sum"),
-                      ("registers", "Registers Per Thread"), ("threads", "Block Size"), ("grid", "Grid Size"),
-                      ("no_eligible", "No Eligible")):
-        m = value(name)
-        if not m:
-            die(f"{path} has no '{name}' line")
-        values[key] = (m.group(1), float(m.group(2).replace(",", "")))
-    return values
-
-
 # name in the table, report (h200-phase7-ncu-<report>.txt or the GPU's prefix beside the log)
 NCU_CUDNN = [("forward, D = 64", [("step 4e, 192 x 128", "step4e-d64"), ("cuDNN", "cudnn-fwd-d64")]),
              ("forward, D = 64, causal", [("step 4e, 192 x 128", "step4e-d64-causal"),
@@ -243,19 +224,19 @@ NCU_CUDNN = [("forward, D = 64", [("step 4e, 192 x 128", "step4e-d64"), ("cuDNN"
 
 def table_ncu_cudnn(log):
     """Phase 7's kernels and cuDNN's under Nsight Compute, one report each, beside LOG under its GPU's prefix."""
+    import ncu_tables   # the reports' reader, tools/ncu_tables.py
     folder, name = os.path.split(log)
     prefix = name.split("-")[0] + "-phase7-ncu-"
-    ms = lambda v: v[1] / 1000 if v[0] == "us" else v[1] if v[0] == "ms" else die(f"duration in {v[0]}")
-    mb = lambda v: v[1] * {"Kbyte": 1e-3, "Mbyte": 1, "Gbyte": 1e3}[v[0]]
     lines = ["| B=4 H=16 S=4096, bf16 | kernel | duration | instructions | grid x threads, registers at entry | "
              "L2 hit rate | DRAM read | no eligible warp |", "|---|---|---|---|---|---|---|---|"]
     for shape, kernels in NCU_CUDNN:
         for i, (kernel, report) in enumerate(kernels):
-            r = read_report(os.path.join(folder, prefix + report + ".txt"))
-            lines.append(f"| {shape if i == 0 else ''} | {kernel} | {ms(r['duration']):.3f} ms | "
-                         f"{r['instructions'][1] / 1e6:,.0f} M | {r['grid'][1]:,.0f} x {r['threads'][1]:.0f}, "
-                         f"{r['registers'][1]:.0f} | {r['l2_hit'][1]:.1f}% | {mb(r['dram']):,.0f} MB | "
-                         f"{r['no_eligible'][1]:.0f}% |")
+            r = ncu_tables.read_report(folder, report, prefix)
+            get = lambda key: ncu_tables.get(r, key)
+            lines.append(f"| {shape if i == 0 else ''} | {kernel} | {get('duration'):.3f} ms | "
+                         f"{get('instructions') / 1e6:,.0f} M | {get('grid'):,.0f} x {get('threads'):.0f}, "
+                         f"{get('registers'):.0f} | {get('l2_hit'):.1f}% | {get('dram'):,.0f} MB | "
+                         f"{get('no_eligible'):.0f}% |")
     return "\n".join(lines)
 
 

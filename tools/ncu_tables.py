@@ -29,7 +29,11 @@ VALUES = {   # what the tables show -> the line of the report that holds it
     "ipc": r"^\s*Issued Ipc Active\s+inst/cycle\s+([\d.,]+)",
     "no_eligible": r"^\s*No Eligible\s+%\s+([\d.,]+)",
     "occupancy": r"^\s*Achieved Occupancy\s+%\s+([\d.,]+)",
+    "grid": r"^\s*Grid Size\s+([\d.,]+)",
+    "l2_hit": r"^\s*lts__t_sector_hit_rate\.pct\s+%\s+([\d.,]+)",
+    "dram": r"^\s*dram__bytes_read\.sum\s+(Kbyte|Mbyte|Gbyte)\s+([\d.,]+)",
 }
+UNITS = {"us": 1e-3, "ms": 1.0, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}   # to ms (duration) and MB (dram)
 
 
 def read_report(folder, name, prefix=PREFIX):
@@ -45,8 +49,8 @@ def read_report(folder, name, prefix=PREFIX):
         m = re.search(pattern, text, re.MULTILINE)
         if not m:
             continue
-        if key == "duration":
-            values[key] = float(m.group(2).replace(",", "")) / (1000.0 if m.group(1) == "us" else 1.0)   # ms
+        if key in ("duration", "dram"):   # a unit, then the number: ms and MB
+            values[key] = float(m.group(2).replace(",", "")) * UNITS[m.group(1)]
         else:
             values[key] = float(m.group(1).replace(",", ""))
     return path, values
