@@ -128,8 +128,8 @@ FA_HOST_DEVICE static inline int causal_tile_stage(int causal, int64_t q_start, 
 // - the first that needs the mask: causal, the first whose last key is after the Q tile's first row (a diagonal
 //   tile), else the last tile when S_k cuts it short. Every visited tile from there on needs it, none before.
 // tests/test_phase3_tiles.c checks both against causal_tile_stage() tile by tile.
-FA_HOST_DEVICE static inline int64_t tiles_visited(int causal, int64_t q_start, int block_m, int block_n, int64_t S_q,
-                                                   int64_t S_k) {
+FA_HOST_DEVICE static inline int64_t k_tiles_visited(int causal, int64_t q_start, int block_m, int block_n,
+                                                     int64_t S_q, int64_t S_k) {
     const int64_t all = (S_k + block_n - 1) / block_n;
     if (!causal) return all;
     const int64_t q_last = (q_start + block_m < S_q ? q_start + block_m : S_q) - 1;

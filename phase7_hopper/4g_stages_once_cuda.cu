@@ -77,7 +77,7 @@ typedef struct {
 // (fa_contract.h, beside the rule it follows).
 template <int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ int64_t tiles_to_visit(const forward_params &p, int64_t q_start) {
-    return tiles_visited(p.causal, q_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k);
+    return k_tiles_visited(p.causal, q_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k);
 }
 
 // Tile i of the queue: its head bh and its first query row. Groups of head_group heads one after the other (the last

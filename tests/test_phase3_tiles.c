@@ -4,7 +4,7 @@
 //
 // 1. causal_tile_stage() (common/fa_contract.h), the rule the kernels and the figure use, against a brute
 //    force over the elements of each (Q tile, K tile) pair: future when no row of the tile sees any key of it, full
-//    when every row sees every key, diagonal otherwise; and tiles_visited() and first_masked_tile(), what a K loop
+//    when every row sees every key, diagonal otherwise; and k_tiles_visited() and first_masked_tile(), what a K loop
 //    works out before it starts, against the rule applied tile by tile.
 // 2. The CPU kernels of steps 2 and 3 report how many (Q tile, K tile) pairs they processed (tiles_visited): it must
 //    equal the number of pairs on or below the diagonal, counted here element by element, without the rule; and,
@@ -60,7 +60,7 @@ static void test_rule(void) {
            (long long)checked);
 }
 
-// 1b. What a K loop works out before it starts (tiles_visited(), first_masked_tile()), against the rule applied tile
+// 1b. What a K loop works out before it starts (k_tiles_visited(), first_masked_tile()), against the rule applied tile
 // by tile: the loop visits the tiles up to the first in the future, and the first that needs the mask is the first
 // diagonal tile or a last tile that S_k cuts short; every visited tile before it is full and whole.
 static void test_loop_bounds(void) {
@@ -82,10 +82,10 @@ static void test_loop_bounds(void) {
                                 if (first_masked < 0 && (stage == TILE_DIAGONAL || k + bn > S_k))
                                     first_masked = visited;
                             }
-                            const int64_t got_visited = tiles_visited(causal, q_start, bm, bn, S_q, S_k);
+                            const int64_t got_visited = k_tiles_visited(causal, q_start, bm, bn, S_q, S_k);
                             const int64_t got_first = first_masked_tile(causal, q_start, bn, S_k);
                             checked++;
-                            EXPECT_MSG(got_visited == visited, "tiles_visited(causal %d, Sq=%lld Sk=%lld %dx%d, "
+                            EXPECT_MSG(got_visited == visited, "k_tiles_visited(causal %d, Sq=%lld Sk=%lld %dx%d, "
                                        "q %lld) = %lld, expected %lld", causal, (long long)S_q, (long long)S_k, bm, bn,
                                        (long long)q_start, (long long)got_visited, (long long)visited);
                             // Past the visited tiles the first masked one does not matter: the loop never gets there.
@@ -95,7 +95,7 @@ static void test_loop_bounds(void) {
                                        (long long)first_masked);
                         }
                     }
-    printf("tiles_visited, first_masked_tile: %lld Q tiles agree with the rule applied tile by tile\n",
+    printf("k_tiles_visited, first_masked_tile: %lld Q tiles agree with the rule applied tile by tile\n",
            (long long)checked);
 }
 
