@@ -137,3 +137,19 @@ extern "C" void flash_backward_lean_cuda(const fa_shape *shape, int dtype, int b
     backward_lean_dkdv_cuda(shape, dtype, atomic_dq, t);
     if (!atomic_dq) backward_lean_dq_cuda(shape, dtype, t);
 }
+
+// Step 4c (4c_backward_dq_cuda.cu): step 4b's dK/dV pass, then step 4c's dQ pass (Q and dO held in registers).
+extern "C" void flash_backward_held_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                         const tc_backward_tensors *t) {
+    const int atomic_dq = check_and_preprocess(shape, dtype, block_m, block_n, dq_mode, t);
+    backward_lean_dkdv_cuda(shape, dtype, atomic_dq, t);
+    if (!atomic_dq) backward_held_dq_cuda(shape, dtype, t);
+}
+
+// Step 4d (4d_backward_dkdv_cuda.cu): step 4d's dK/dV pass (room for one more block per SM), then step 4c's dQ pass.
+extern "C" void flash_backward_occupancy_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                              int dq_mode, const tc_backward_tensors *t) {
+    const int atomic_dq = check_and_preprocess(shape, dtype, block_m, block_n, dq_mode, t);
+    backward_occupancy_dkdv_cuda(shape, dtype, atomic_dq, t);
+    if (!atomic_dq) backward_held_dq_cuda(shape, dtype, t);
+}

@@ -11,7 +11,8 @@
 // "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
 // step 3 forward's O and LSE, and are checked by the half-precision rule for gradients; on the GPU, "step 4b bwd
 // det" and "step 4b bwd atomic" are the same backward with the forward's instruction cuts (step 4's CPU row is their
-// twin). Step 5 is the float32
+// twin), "step 4c bwd det" step 4b with Q and dO held in the dQ pass's registers, and "step 4d bwd det" step 4c with
+// room for one more dK/dV block per SM. Step 5 is the float32
 // backward with step 4's register tiles, on the CPU only: rows "step 5 bwd det" and "step 5 bwd atomic" beside
 // phase 4's backward ("phase 4 bwd det"), all differentiating phase 3 step 3's O and LSE, checked as phase 4 is.
 //
@@ -344,6 +345,14 @@ static void run_backward_lean_cuda(void *p) {
     const backward_args *a = p;
     flash_backward_lean_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
+static void run_backward_held_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_held_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+static void run_backward_occupancy_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_occupancy_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
 #endif
 
 // --- Step 5: the float32 backward with register tiles, on the CPU, beside phase 4's --------------------------------
@@ -551,6 +560,15 @@ int main(int argc, char **argv) {
             // Step 4b: the same backward with the forward's instruction cuts (GPU only: step 4's CPU row is its twin).
             check_and_time_backward(&report, &opt, &ref, &rule, "step 4b bwd", run_backward_lean_cuda, 1, 0,
                                     TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
+                                    t, host, device, dev.upload_ms + dev_half.upload_ms);
+            // Steps 4c and 4d change only the deterministic passes (with atomic dQ they are step 4b): det rows only.
+            fa_options det_only = opt;
+            det_only.dq_mode &= FA_DQ_DETERMINISTIC;
+            check_and_time_backward(&report, &det_only, &ref, &rule, "step 4c bwd", run_backward_held_cuda, 1, 0,
+                                    TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
+                                    t, host, device, dev.upload_ms + dev_half.upload_ms);
+            check_and_time_backward(&report, &det_only, &ref, &rule, "step 4d bwd", run_backward_occupancy_cuda, 1,
+                                    0, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             fa_gpu_free(device.dq);
             fa_gpu_free(device.dk);

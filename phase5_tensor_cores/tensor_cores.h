@@ -93,6 +93,17 @@ void flash_backward_lean_cuda(const fa_shape *shape, int dtype, int block_m, int
 void backward_lean_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq, const tc_backward_tensors *t);
 void backward_lean_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_tensors *t);
 
+// Step 4c (4c_backward_dq_cuda.cu): step 4b's dK/dV pass, then a dQ pass that holds the warp's Q and dO fragments in
+// registers. Step 4d (4d_backward_dkdv_cuda.cu): step 4c with a dK/dV pass that leaves room for one more block per SM.
+// Both change only the deterministic variant (the atomic one has no dQ pass, and 4d keeps its bounds): with
+// FA_DQ_ATOMIC they run step 4b's kernels. The same arguments, rules and bits as flash_backward_lean_cuda.
+void flash_backward_held_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                              const tc_backward_tensors *t);
+void flash_backward_occupancy_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                   const tc_backward_tensors *t);
+void backward_held_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_tensors *t);
+void backward_occupancy_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq, const tc_backward_tensors *t);
+
 // Shared memory per block of steps 2 and 3a: the Q tile and the K and V tiles, halves. (Step 3b: that of step 3,
 // flash_forward_pipeline_cuda_smem_bytes, two buffers of the K and V tiles.)
 static inline int64_t flash_forward_mma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {

@@ -7,7 +7,9 @@
 //         the same bits with 1 and 2 threads; one element moved just past the rule fails it; and a backward fed a
 //         log-sum-exp off by 0.02 (P off by 2%) fails it, so the rule is no wider than the arithmetic needs.
 //   cuda: the same problems on the GPU, for step 4 and step 4b (flash_backward_lean_cuda, the same backward with fewer
-//         instructions): both variants pass the rule, two deterministic runs give the same bits.
+//         instructions): both variants pass the rule, two deterministic runs give the same bits. Steps 4c and 4d
+//         (flash_backward_held_cuda, flash_backward_occupancy_cuda) change only where operands live and how many
+//         blocks share an SM: they pass the same checks and give step 4b's bits.
 //         Exits 77 (skipped) without a GPU or without the sm_80+ kernels.
 // O and LSE come from the step 3 forward on the same device, as in the driver.
 #include "fa_driver.h"
@@ -139,7 +141,9 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
 typedef void (*tc_backward_fn)(const fa_shape *, int, int, int, int, const tc_backward_tensors *);
 
-static void test_cuda_case(const char *dtype, const char *D, int causal, const char *step, tc_backward_fn backward) {
+// same_bits_as: NULL, or a backward whose deterministic gradients this step's must equal bit for bit.
+static void test_cuda_case(const char *dtype, const char *D, int causal, const char *step, tc_backward_fn backward,
+                           tc_backward_fn same_bits_as) {
     problem p;
     make_problem(&p, dtype, D, causal);
     const fa_shape *s = &p.opt.shape;
@@ -154,12 +158,16 @@ static void test_cuda_case(const char *dtype, const char *D, int causal, const c
     flash_forward_pipeline_cuda(s, p.opt.dtype, 128, 64, &f);
     const tc_backward_tensors t = tensors(&p, dev.q, dev.k, dev.v, dev.dout, o, lse, delta, &device);
     const int modes[3] = {FA_DQ_DETERMINISTIC, FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC};
-    fa_grads runs[3];
-    for (int r = 0; r < 3; r++) {
+    fa_grads runs[4];   // deterministic twice, atomic, and same_bits_as's deterministic
+    const int n_runs = same_bits_as ? 4 : 3;
+    for (int r = 0; r < n_runs; r++) {
         fa_gpu_poison(device.dq, fa_numel_q(s));
         fa_gpu_poison(device.dk, fa_numel_kv(s));
         fa_gpu_poison(device.dv, fa_numel_kv(s));
-        backward(s, p.opt.dtype, 64, 64, modes[r], &t);
+        if (r < 3)
+            backward(s, p.opt.dtype, 64, 64, modes[r], &t);
+        else
+            same_bits_as(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
         fa_gpu_synchronize("the tensor-core backward");
         runs[r] = grads_alloc(s);
         fa_gpu_download(runs[r].dq, device.dq, fa_numel_q(s));
@@ -170,7 +178,8 @@ static void test_cuda_case(const char *dtype, const char *D, int causal, const c
                D);
     EXPECT_MSG(passes_rule(&p, &runs[2], "atomic", 0), "%s %s D=%s: atomic fails the rule", step, dtype, D);
     expect_same_bits(s, &runs[0], &runs[1], "deterministic, run 1 vs run 2");
-    for (int r = 0; r < 3; r++) grads_free(&runs[r]);
+    if (same_bits_as) expect_same_bits(s, &runs[0], &runs[3], "deterministic, this step vs its base");
+    for (int r = 0; r < n_runs; r++) grads_free(&runs[r]);
     fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);
     fa_gpu_free(o), fa_gpu_free(lse), fa_gpu_free(delta);
     fa_free_device_half_inputs(&dev);
@@ -201,8 +210,12 @@ int main(int argc, char **argv) {
                 if (!gpu) test_cpu_case(dtypes[d], dims[dim], causal);
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
                 else {
-                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4", flash_backward_tc_cuda);
-                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4b", flash_backward_lean_cuda);
+                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4", flash_backward_tc_cuda, NULL);
+                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4b", flash_backward_lean_cuda, NULL);
+                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4c", flash_backward_held_cuda,
+                                   flash_backward_lean_cuda);
+                    test_cuda_case(dtypes[d], dims[dim], causal, "step 4d", flash_backward_occupancy_cuda,
+                                   flash_backward_lean_cuda);
                 }
 #endif
             }

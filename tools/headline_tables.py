@@ -369,6 +369,10 @@ TABLES = {   # name -> (where the docs show it, the function)
     "phase5-ablation": ("docs/06-tensor-cores.md, the ablation, one row per step", table_phase5_ablation),
     "phase5-readme": ("phase5_tensor_cores/README.md, Measured", table_phase5_readme),
     "phase5-key-tiles": ("docs/06-tensor-cores.md, step 3i's two tiles", lambda log: table_phase5_key_tiles(log, 4096)),
+    "phase5-backward-steps": ("docs/07-tensor-core-backward.md, steps 4b to 4d beside FlashAttention-2",
+                              lambda log: table_phase5_backward_steps(log, 4096)),
+    "phase5-backward-steps-long": ("docs/07-tensor-core-backward.md, steps 4b to 4d, S = 16384",
+                                   lambda log: table_phase5_backward_steps(log, 16384)),
     "phase5-key-tiles-long": ("docs/06-tensor-cores.md, step 3i's two tiles, S = 16384",
                               lambda log: table_phase5_key_tiles(log, 16384)),
     "step4-backward": ("docs/07-tensor-core-backward.md, What the driver shows", table_step4_backward),
@@ -425,6 +429,53 @@ def table_phase5_key_tiles(log, S):
         out.append(f"| {what} | " + " | ".join(" / ".join(cell(r) for r in pair) for pair in reports) + " |")
     return out
 
+
+def table_phase5_backward_steps(log, S):
+    """The deterministic backward of steps 4b, 4c and 4d beside PyTorch's FlashAttention-2 backward from the same run
+    (a log of `--step 4 --dq deterministic` runs and `tools/pytorch_compare.py`), at S = 4096 (B=4) or 16384 (B=1); at
+    S = 4096 also the profiler's counts of each step's two kernels at D = 64 / 128, non-causal, bf16 (tools/profile.sh's
+    reports beside the log, under the log's GPU prefix)."""
+    import ncu_tables   # the reports' reader, tools/ncu_tables.py
+    B = 4 if S == 4096 else 1
+    det = lambda step: lambda dtype, s: log.row("phase5_tensor_cores", f"step {step} bwd det {dtype}", s[1], D=s[0],
+                                                dtype=dtype, step=4, S=S)
+    fa2 = lambda dtype, s: torch_row(log, f"sdpa flash backward {dtype}", s[0], s[1], S)
+    out = [log.source(f"B={B}, H=16, S={S}, deterministic dQ, TFLOP/s by the suite's convention (2.5 x the forward's "
+                      "FLOPs), fp16 / bf16", "`phase5_tensor_cores --impl cuda --step 4 --dq deterministic` and "
+                      "PyTorch's rows by `tools/pytorch_compare.py`, same run", "medians of 10 runs after 2"), "",
+           f"| backward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    rows = (("step 4b (instruction cuts)", det("4b")), ("step 4c (Q, dO held)", det("4c")),
+            ("step 4d (one more block)", det("4d")), ("PyTorch FlashAttention-2", fa2))
+    for what, get in rows:
+        out.append(f"| {what} | " + " | ".join(f"{tf(get('fp16', s)):.1f} / {tf(get('bf16', s)):.1f}"
+                                               for s in SHAPES) + " |")
+    for what, get in rows[:3]:
+        out.append(f"| {what.split(' (')[0]} / FlashAttention-2 | " +
+                   " | ".join(f"{ms(fa2('fp16', s)) / ms(get('fp16', s)):.2f} / "
+                              f"{ms(fa2('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
+    if S != 4096:
+        return out
+    prefix = os.path.basename(log.path).split("-")[0] + "-ncu-"
+    folder = os.path.dirname(log.path)
+    get = ncu_tables.get
+    names = (("step 4b dK/dV", "step4b-dkdv"), ("step 4b dQ", "step4b-dq"), ("step 4c dQ", "step4c-dq"),
+             ("step 4d dK/dV", "step4d-dkdv"), ("FlashAttention-2", "pytorch-flash-bwd"))
+    reports = [[ncu_tables.read_report(folder, f"{name}-d{D}", prefix) for D in (64, 128)] for _, name in names]
+    links = ", ".join(f"[{n}]({n})" for n in (os.path.relpath(os.path.join(folder, f"{prefix}{name}-d{D}.txt"),
+                                                             log.link_from) for _, name in names for D in (64, 128)))
+    out += ["", f"On the same {log.gpu or 'GPU'}, the profiler (`tools/profile.sh`: Nsight Compute, `--clock-control "
+            f"none`, one launch each, B=4 H=16 S=4096, bf16, non-causal; step 4c's dK/dV pass is step 4b's, step "
+            f"4d's dQ pass is step 4c's; the reports: {links}):", "",
+            "| D = 64 / 128 | " + " | ".join(what for what, _ in names) + " |", "|---" * (len(names) + 1) + "|"]
+    for what, cell in (("duration", lambda r: f"{get(r, 'duration'):.2f} ms"),
+                       ("registers per thread", lambda r: f"{get(r, 'registers'):.0f}"),
+                       ("warps per SM (of 64)", lambda r: f"{get(r, 'warps'):.1f}"),
+                       ("instructions issued", lambda r: ncu_tables.millions(get(r, "instructions"))),
+                       ("shared-memory load wavefronts", lambda r: ncu_tables.millions(get(r, "wavefronts"))),
+                       ("tensor pipe busy", lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
+                       ("cycles a scheduler had no eligible warp", lambda r: f"{get(r, 'no_eligible'):.0f}%")):
+        out.append(f"| {what} | " + " | ".join(" / ".join(cell(r) for r in pair) for pair in reports) + " |")
+    return out
 
 def main(argv):
     link_from = "docs"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
 # step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
-# bf16, non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3i (chapter 06) and step 4's and step 4b's backward
-# kernels, dK/dV and dQ, and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three
-# float32 kernels at the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per kernel and D in LOGDIR
-# (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by side.
+# bf16, non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3i (chapter 06), the backward steps' kernels, dK/dV
+# and dQ (steps 4 to 4d), and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three
+# float32 kernels at the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per
+# kernel and D in LOGDIR (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by
+# side.
 #
 # What is read, and why (docs/06-tensor-cores.md explains each):
 #   SpeedOfLight, ComputeWorkloadAnalysis  how busy the SMs and memory are, as a share of their peak
@@ -13,8 +14,9 @@
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
 # FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_STEPS the forward steps (default "1 2 3a 3b 3 3c 3d 3e
-# 3f 3g 3h 3i 3i128", the last step 3i at 128 x 128 tiles), FA_PROFILE_PASSES the passes (default "forward
-# backward"; "naive" too on request, e.g. FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
+# 3f 3g 3h 3i 3i128", the last step 3i at 128 x 128 tiles), FA_PROFILE_BACKWARD the backward steps (default "4 4b 4c 4d
+# atomic flash"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive" too on request, e.g.
+# FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
 # on the PATH (or /usr/local/cuda/bin/ncu).
 set -uo pipefail
 BIN=${1:?usage: tools/profile.sh BINDIR LOGDIR}
@@ -79,28 +81,30 @@ torch.cuda.synchronize()"
         done
     fi
     if [[ " $PASSES " == *" backward "* ]]; then
-        for kernel in dkdv dq; do
-            profile "step4-$kernel-d$D" "backward_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
-                --dtype bf16 --step 4 --dq deterministic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
-                --iters 1
-        done
-        # Step 4b's two passes (the same backward with the forward's instruction cuts), from the same --step 4 run.
-        for kernel in dkdv dq; do
-            profile "step4b-$kernel-d$D" "backward_lean_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
-                --dtype bf16 --step 4 --dq deterministic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
-                --iters 1
-        done
-        # The atomic variant's one kernel: dK, dV and each K/V tile's share of dQ, added with atomicAdd.
-        profile "step4-dkdv-atomic-d$D" "backward_dkdv_kernel" "$BIN/phase5_tensor_cores" --impl cuda --dtype bf16 \
-            --step 4 --dq atomic --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 --iters 1
-        # PyTorch's FlashAttention-2 backward: its main kernel (dQ, dK and dV in one loop over the K/V tiles).
-        profile "pytorch-flash-bwd-d$D" "flash_bwd_dq_dk_dv" python3 -c "
+        # The backward steps' kernels, each from a --step 4 run (whose rows are steps 4 to 4d): step 4's two passes;
+        # step 4b's (the forward's instruction cuts); step 4c's dQ pass (its dK/dV pass is 4b's) and step 4d's dK/dV
+        # pass (its dQ pass is 4c's); the atomic variant's one kernel (dK, dV and each K/V tile's share of dQ, added
+        # with atomicAdd); and, with "flash", PyTorch's FlashAttention-2 backward.
+        for step in ${FA_PROFILE_BACKWARD:-4 4b 4c 4d atomic flash}; do
+            kernels=$(case $step in 4) echo "dkdv:backward_dkdv dq:backward_dq";;
+                      4b) echo "dkdv:backward_lean_dkdv dq:backward_lean_dq";; 4c) echo "dq:backward_held_dq";;
+                      4d) echo "dkdv:backward_occupancy_dkdv";; atomic) echo "dkdv-atomic:backward_dkdv";; esac)
+            for pair in $kernels; do
+                mode=$([ "$step" = atomic ] && echo atomic || echo deterministic)
+                profile "step${step/atomic/4}-${pair%%:*}-d$D" "${pair#*:}_kernel" "$BIN/phase5_tensor_cores" \
+                    --impl cuda --dtype bf16 --step 4 --dq $mode --B 4 --H 16 --S 4096 --D $D --check-heads 1 \
+                    --warmup 0 --iters 1
+            done
+            [ "$step" = flash ] || continue
+            # PyTorch's FlashAttention-2 backward: its main kernel (dQ, dK and dV in one loop over the K/V tiles).
+            profile "pytorch-flash-bwd-d$D" "flash_bwd_dq_dk_dv" python3 -c "
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 q, k, v = (torch.randn(4, 16, 4096, $D, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
 torch.cuda.synchronize()"
+        done
     fi
 done
 echo "wrote $LOGDIR/ncu-*.txt"
