@@ -9,9 +9,10 @@
     check_tools.py headline TOOLS BUILD OUT   headline_tables.py on a log of the headline commands (run small, on the
                                               CPU, their rows relabelled cuda): the tables hold the log's numbers
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
-                                              log row's number found in its table; a log lacking rows, or holding a
-                                              failed check, refused with one "error:" line; hopper_bench.sh's
-                                              refusals (no phase7_hopper, a bad PARTS): one line, exit 2
+                                              log row's number found in its table (step 4h's on the stages log
+                                              with step 4h's rows added); a log lacking rows, or holding a failed
+                                              check, refused with one "error:" line; hopper_bench.sh's refusals (no
+                                              phase7_hopper, a bad PARTS): one line, exit 2
     check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is
                                               the median of its series; a malformed --backward-tiles refused with
                                               one line and exit 2 before anything is written (no PyTorch needed)
@@ -268,6 +269,24 @@ def check_hopper(tools, root, out):
     stages = os.path.join(root, "docs", "figures", "h200-phase7-stages.log")
     proc = subprocess.run([sys.executable, script, stages, "--table", "stages"], capture_output=True, text=True)
     expect(proc.returncode == 0 and proc.stdout.count("step 4g / cuDNN") == 3, f"--table stages: exit {proc.returncode}")
+    # Step 4h's table, on the stages log with each step 4g timing row copied as step 4h's at twice the GFLOP/s (so
+    # that the table must read step 4h's own rows); the stages log itself, which has no step 4h, is refused.
+    fresh(out)
+    groups, copied = os.path.join(out, "groups.log"), []
+    timing_4g = re.compile(r"^  step 4g stages once (bf16|fp16)( +\S+ +cuda +- +[\d.]+ +[\d.]+ +)([\d.]+)(.*)$")
+    with open(groups, "w") as f:
+        for line in open(stages).read().split("\n"):
+            f.write(line + "\n")
+            if (m := timing_4g.match(line)):
+                copied.append(f"{float(m[3]) * 2:.1f}")
+                f.write(f"  step 4h l2 head groups {m[1]}{m[2]}{copied[-1]}{m[4]}\n")
+    proc = subprocess.run([sys.executable, script, groups, "--table", "groups"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("step 4h / cuDNN") == 3 and copied and   # the first: bf16, D = 64
+           f"| S = 4096, step 4h, bf16 | {float(copied[0]) / 1000:.1f} |" in proc.stdout,
+           f"--table groups: exit {proc.returncode}, step 4h's rows not read")
+    proc = subprocess.run([sys.executable, script, stages, "--table", "groups"], capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "step 4h" in proc.stderr
+           and proc.stderr.count("\n") == 1, f"--table groups without step 4h: exit {proc.returncode}")
     # The cuDNN comparison reads one Nsight Compute report per kernel beside the H200 log; a missing report is refused.
     h200 = os.path.join(root, "docs", "figures", "h200-phase7-persistent.log")
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)

@@ -1,14 +1,16 @@
-// test_hopper_persistent.c - phase 7 steps 4f and 4g (the persistent forwards) give step 4e's bits, run after run.
+// test_hopper_persistent.c - phase 7 steps 4f to 4h (the persistent forwards) give step 4e's bits, run after run.
 //
 // Usage: test_hopper_persistent cuda      (exits 77, skipped, without a Hopper GPU)
 //
 // Step 4f computes every tile exactly as step 4e does; only which block computes it, and when, changes: a block
 // takes tiles from a queue, and which block gets which tile depends on who finishes first. Step 4g works out which
-// tiles need the mask, and each row's last key, in another way, and must mask the same scores. So on shapes of 6 to
-// 264 tiles, three of them more than an H100 or H200 holds blocks (132: some blocks take two), with B H not a
-// multiple of 8, causal tiles of every length (Sq > Sk and Sq < Sk, keys fewer than one tile) and each of step 4e's
-// tile shapes, their O and LSE must equal step 4e's bit for bit, on two runs in a row, each into outputs poisoned
-// first. Their accuracy against the float64 oracle is checked with the other steps (tests/phase7.cmake).
+// tiles need the mask, and each row's last key, in another way, and must mask the same scores. Step 4h takes the
+// causal tiles in groups of heads sized to the L2, the last group smaller where the heads do not divide evenly. So on
+// shapes of 6 to 264 tiles, three of them more than an H100 or H200 holds blocks (132: some blocks take two), with
+// B H not a multiple of 8, causal tiles of every length (Sq > Sk and Sq < Sk, keys fewer than one tile), each of
+// step 4e's tile shapes, and one whose heads' K and V are too large for one group, their O and LSE must equal step
+// 4e's bit for bit, on two runs in a row, each into outputs poisoned first. Their accuracy against the float64 oracle
+// is checked with the other steps (tests/phase7.cmake).
 #include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
@@ -32,7 +34,9 @@ typedef void (*forward_fn)(const fa_shape *, int, int, int, const tc_forward_ten
 static const struct {
     const char *name;
     forward_fn run;
-} STEPS[] = {{"step 4f", flash_forward_persistent_cuda}, {"step 4g", flash_forward_stages_once_cuda}};
+} STEPS[] = {{"step 4f", flash_forward_persistent_cuda},
+             {"step 4g", flash_forward_stages_once_cuda},
+             {"step 4h", flash_forward_l2_head_groups_cuda}};
 
 // The first element where a and b differ, or -1.
 static int64_t first_difference(const float *a, const float *b, int64_t n) {
@@ -61,7 +65,7 @@ static int check_case(const persistent_case *c, uint64_t seed) {
     const fa_strides sq = fa_strides_contiguous(s.H, s.Sq, s.D), sk = fa_strides_contiguous(s.H, s.Sk, s.D);
     const tc_forward_tensors t = {dev.q, dev.k, dev.v, sq, sk, sk, o_dev, sq, lse_dev};
 
-    // Step 4e's outputs: what every run of step 4f must give.
+    // Step 4e's outputs: what every run of steps 4f to 4h must give.
     float *o_4e = fa_alloc_floats(nq, "O"), *lse_4e = fa_alloc_floats(nl, "LSE");
     fa_gpu_poison(o_dev, nq), fa_gpu_poison(lse_dev, nl);
     flash_forward_overlap_in_turn_cuda(&s, c->dtype, c->block_m, c->block_n, &t);
@@ -99,8 +103,9 @@ static int check_case(const persistent_case *c, uint64_t seed) {
 
 int main(int argc, char **argv) {
     fa_test_require_hopper(argc, argv);
-    // 264, 108, 140, 221, 14, 24 and 6 tiles; Sq != Sk both ways, causal too; lengths one past a tile, keys fewer
-    // than a tile; each of step 4e's tiles.
+    // 264, 108, 140, 221, 14, 24, 6 and 40 tiles; Sq != Sk both ways, causal too; lengths one past a tile, keys
+    // fewer than a tile; each of step 4e's tiles. The last: 8.4 MB of K and V a head (Sk = 16500 at D = 128), so
+    // that step 4h's causal queue takes the 5 heads in a group of 3 and one of 2 on a 50 or 60 MiB L2.
     const persistent_case cases[] = {
         {{.B = 3, .H = 11, .Sq = 1000, .Sk = 777, .D = 64, .causal = 1}, FA_DTYPE_FP16, 128, 64},
         {{.B = 2, .H = 9, .Sq = 700, .Sk = 1300, .D = 128, .causal = 0}, FA_DTYPE_BF16, 128, 128},
@@ -109,14 +114,15 @@ int main(int argc, char **argv) {
         {{.B = 2, .H = 7, .Sq = 129, .Sk = 4000, .D = 64, .causal = 0}, FA_DTYPE_FP16, 192, 64},
         {{.B = 3, .H = 4, .Sq = 200, .Sk = 700, .D = 64, .causal = 1}, FA_DTYPE_BF16, 192, 128},
         {{.B = 2, .H = 3, .Sq = 300, .Sk = 100, .D = 128, .causal = 1}, FA_DTYPE_BF16, 128, 128},
+        {{.B = 1, .H = 5, .Sq = 1000, .Sk = 16500, .D = 128, .causal = 1}, FA_DTYPE_BF16, 128, 128},
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!check_case(&cases[i], 1 + i)) failures++;
     if (failures) {
-        fprintf(stderr, "steps 4f and 4g differed from step 4e on %d shape(s)\n", failures);
+        fprintf(stderr, "steps 4f to 4h differed from step 4e on %d shape(s)\n", failures);
         return 1;
     }
-    printf("steps 4f and 4g gave step 4e's bits on every shape and run\n");
+    printf("steps 4f to 4h gave step 4e's bits on every shape and run\n");
     return 0;
 }

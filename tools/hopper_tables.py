@@ -5,7 +5,8 @@
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
 persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
-stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16),
+stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16), groups (the same
+with step 4h after 4g, and step 4h's ratio to cuDNN),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
@@ -107,11 +108,14 @@ def table_long(rows, torch):
 
 
 PERSISTENT = (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persistent"))
+STAGES = PERSISTENT + (("step 4g", "step 4g stages once"),)
+GROUPS = STAGES + (("step 4h", "step 4h l2 head groups"),)
+STAGES_SHAPES = ((4096, "bf16"), (4096, "fp16"), (16384, "bf16"))   # the shapes and types of tables stages and groups
 
 
 def table_persistent(rows, torch, steps=PERSISTENT, shapes=((4096, "bf16"), (4096, "fp16"), (16384, "bf16"),
                                                               (16384, "fp16")), ratio=None):
-    """Step 4f (and with steps, 4g) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
+    """Step 4f (and with steps, 4g and 4h) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
     given: a log of step 4's rows (out of tools/hopper_bench.sh's forward rows, --step 4 only) and PyTorch's
     forwards. With ratio (a step's name), that step's speed over cuDNN's too."""
     lines = [HEADER]
@@ -247,7 +251,7 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "persistent", "stages", "backward", "backward-long", "ncu-d128", "ncu-d64",
+    tables = ("forward", "long", "persistent", "stages", "groups", "backward", "backward-long", "ncu-d128", "ncu-d64",
               "ncu-backward", "ncu-cudnn")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
@@ -264,8 +268,8 @@ def main(argv):
         return 0
     rows, torch = read_log(log)
     print({"forward": table_forward, "long": table_long, "persistent": table_persistent,
-           "stages": lambda r, t: table_persistent(r, t, PERSISTENT + (("step 4g", "step 4g stages once"),),
-                                                   ((4096, "bf16"), (4096, "fp16"), (16384, "bf16")), "step 4g"),
+           "stages": lambda r, t: table_persistent(r, t, STAGES, STAGES_SHAPES, "step 4g"),
+           "groups": lambda r, t: table_persistent(r, t, GROUPS, STAGES_SHAPES, "step 4h"),
            "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
