@@ -4,12 +4,15 @@
 // What it changes against step 4g (phase7_hopper/4g_stages_once_cuda.cu): causal, step 4g's queue lists the
 //   heaviest Q tile of every head first, then the next heaviest of every head, and so on, so that the lightest tiles
 //   come last and fill the gaps at the end. But then the blocks running at once work on as many heads as there are
-//   blocks, and the K and V they read do not all fit in the L2: Nsight Compute finds 49% of step 4f's L2 sectors hit
+//   blocks, and the K and V they read do not all fit in the L2: Nsight Compute finds 49% of step 4g's L2 sectors hit
 //   causal at D = 128 against step 4e's 86%, and six times the bytes read from DRAM (docs/09-hopper.md, "Beside
-//   cuDNN, under the profiler"). Here the launch asks the GPU for its L2's size and cuts the heads into groups whose
-//   K and V fill at most half of it (l2_head_group()); the queue takes the groups one after the other, heaviest
-//   first inside each, as FlashAttention-3's scheduler does. Not causal, the order stays head by head.
-// Only the host code changes (tile_at() already takes the group's size): the same kernel, the same bits as step 4g.
+//   cuDNN, under the profiler"). Here the queue has two parts (tile_at()). First every head's heavy tiles, in groups
+//   of heads whose K and V fill at most half the L2 (l2_head_group(): the launch asks the GPU for its L2's size),
+//   heaviest first inside each group, as FlashAttention-3's scheduler does. Then the lightest tiles of all the heads
+//   together, lightest last, as in step 4g: two per block of the grid (light_ranks()), enough to fill the gaps the
+//   heavy tiles leave at the end; they read only the first K and V tiles of their heads, which fit in the L2 anyway.
+//   Not causal, the order stays head by head.
+// Only the queue's order changes (tile_at() and the launch): each tile is computed as in step 4g, the same bits.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same sums in the same order per tile; only subnormal p differ)
 // Diff:      diff -u phase7_hopper/4g_stages_once_cuda.cu phase7_hopper/4h_l2_head_groups_cuda.cu
 // Run:       build/bin/phase7_hopper --impl cuda --step 4 --dtype bf16 --B 4 --H 16 --S 4096 --D 128
@@ -64,7 +67,8 @@ typedef struct {
     float *lse;                        // [B, H, S_q]
     int64_t S_q, S_k, H;
     int BH, q_tiles;                   // B H heads, q_tiles Q tiles per head: BH q_tiles tiles in all (an int)
-    int head_group;                    // the queue's order (tile_at): heads whose tiles it lists together
+    int head_group;                    // the queue's order (tile_at): heads whose heavy tiles it lists together
+    int light_ranks;                   // and how many of each head's lightest tiles it lists last, all heads together
     int *next_tile;                    // the queue: the number of the next tile nobody has taken yet
     float scale, qk_scale;
     int causal;
@@ -79,16 +83,25 @@ __device__ __forceinline__ int64_t tiles_to_visit(const forward_params &p, int64
     return k_tiles_visited(p.causal, q_start, BLOCK_M, BLOCK_N, p.S_q, p.S_k);
 }
 
-// Tile i of the queue: its head bh and its first query row. Groups of head_group heads one after the other (the last
-// group may have fewer); inside a group, rank 0 of every head, then rank 1, ..., where rank r is the r-th Q tile
-// from the end (causal: the r-th heaviest). The launch picks head_group: causal, as many heads as l2_head_group()
-// finds room for in the L2 (the heaviest tiles of those heads first, the lightest last, where they fill the gaps);
-// not causal, one (every tile costs the same, and the blocks that run at once share one head's K and V in L2).
-// 32-bit arithmetic: the producer does it with the few registers it keeps.
+// Tile i of the queue: its head bh and its first query row. Rank r of a head is its r-th Q tile from the end (causal:
+// the r-th heaviest). The queue lists the heavy ranks, 0 .. q_tiles - light_ranks - 1, in groups of head_group heads
+// (the first group takes the remainder, BH % head_group heads, so that the last group is a whole one): inside a group
+// rank 0 of every head, then rank 1, and so on. Then the light ranks of all the heads, rank by rank. The launch picks
+// both: causal, groups of as many heads as l2_head_group() finds room for in the L2, and two light tiles per block;
+// not causal, groups of one head and no light part (every tile costs the same, and the blocks that run at once share
+// one head's K and V in L2). 32-bit arithmetic: the producer does it with the few registers it keeps.
 __device__ __forceinline__ void tile_at(const forward_params &p, int i, int BLOCK_M, int *bh, int *q_start) {
-    const int group = i / (p.head_group * p.q_tiles), first_head = group * p.head_group;
-    const int heads = min(p.BH - first_head, p.head_group);
-    const int in_group = i - group * p.head_group * p.q_tiles;
+    const int heavy_ranks = p.q_tiles - p.light_ranks, first_group = p.BH % p.head_group;
+    int first_head, heads, in_group;
+    if (i >= p.BH * heavy_ranks) {   // the light part, one group of every head: rank i / BH >= heavy_ranks
+        first_head = 0, heads = p.BH, in_group = i;
+    } else if (i < first_group * heavy_ranks) {
+        first_head = 0, heads = first_group, in_group = i;
+    } else {
+        const int j = i - first_group * heavy_ranks, group = j / (p.head_group * heavy_ranks);
+        first_head = first_group + group * p.head_group, heads = p.head_group;
+        in_group = j - group * p.head_group * heavy_ranks;
+    }
     *bh = first_head + in_group % heads;
     *q_start = (p.q_tiles - 1 - in_group / heads) * BLOCK_M;
 }
@@ -473,6 +486,13 @@ static int l2_head_group(int device, const fa_shape *shape, int element_bytes, i
     return (int)(heads < 1 ? 1 : heads > BH ? BH : heads);
 }
 
+// The causal queue's light part (tile_at()): the lightest tiles of every head, listed last, two for each block of the
+// grid, so that the blocks that finish their last heavy tile early still find work that ends with the others'.
+static int light_ranks(int64_t BH, int64_t q_tiles, unsigned int blocks) {
+    const int64_t ranks = (2 * (int64_t)blocks + BH - 1) / BH;
+    return (int)(ranks < q_tiles ? ranks : q_tiles);
+}
+
 // The queue's counter: one int in global memory on the device of the first launch (the suite runs on one), set to 0
 // before every launch.
 static int *tile_counter(void) {
@@ -503,13 +523,14 @@ static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, c
         fa_die("step 4h numbers its tiles with an int: %lld heads x %lld Q tiles are too many", (long long)BH,
                (long long)q_tiles);
     int *counter = tile_counter();
-    // tile_at(): causal, the heaviest tile of every head of an L2-sized group first; not causal, head by head.
+    // tile_at(): causal, the heavy tiles in L2-sized groups of heads, then the light ones; not causal, head by head.
     const int head_group = shape->causal ? l2_head_group(device, shape, (int)sizeof(T), BH) : 1;
+    const int light = shape->causal ? light_ranks(BH, q_tiles, blocks) : 0;
     forward_params p = {make_tensor_map(q, q_strides, shape, shape->Sq, BLOCK_M),
                         make_tensor_map(k, k_strides, shape, shape->Sk, BLOCK_N),
                         make_tensor_map(v, v_strides, shape, shape->Sk, BLOCK_N),
-                        o, o_strides, lse, shape->Sq, shape->Sk, shape->H, (int)BH, (int)q_tiles, head_group, counter,
-                        shape->scale, shape->scale * LOG2E, shape->causal, q, k, q_strides, k_strides};
+                        o, o_strides, lse, shape->Sq, shape->Sk, shape->H, (int)BH, (int)q_tiles, head_group, light,
+                        counter, shape->scale, shape->scale * LOG2E, shape->causal, q, k, q_strides, k_strides};
     FA_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int)));
     kernel<<<blocks, threads, smem_bytes>>>(p);
     FA_CUDA_CHECK_LAUNCH();
