@@ -18,8 +18,8 @@
 //   step 4f (4f_persistent_*): step 4e as a persistent kernel: a block per SM takes Q tiles from a queue.
 //   step 4g (4g_stages_once_*): step 4f with the causal bookkeeping (how many tiles, which need the mask, each row's
 //                       last key) worked out once per Q tile, the mask on 32-bit offsets.
-//   step 4h (4h_l2_head_groups_*): step 4g with its causal queue taken in groups of heads whose K and V fit in half
-//                       the L2, heaviest first inside each group.
+//   step 4h (4h_l2_head_groups_*): step 4g with its causal queue's heavy tiles taken in groups of heads whose K and
+//                       V fit in half the L2, heaviest first inside each group, and the lightest tiles of all last.
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma;
@@ -84,8 +84,9 @@ void flash_forward_persistent_cuda(const fa_shape *shape, int dtype, int block_m
 // same tiles, arguments, shared memory (flash_forward_persistent_cuda_smem_bytes) and bits.
 void flash_forward_stages_once_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                     const tc_forward_tensors *t);
-// Step 4h (4h_l2_head_groups_cuda.cu): step 4g with its causal queue in groups of heads sized to the L2 (the host
-// asks the GPU for its L2's size at every launch); the same kernel, tiles, arguments, shared memory and bits.
+// Step 4h (4h_l2_head_groups_cuda.cu): step 4g with its causal queue's heavy tiles in groups of heads sized to the L2
+// (the host asks the GPU for its L2's size at every launch), then the lightest tiles of every head; the same tiles,
+// arguments, shared memory and bits.
 void flash_forward_l2_head_groups_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                        const tc_forward_tensors *t);
 

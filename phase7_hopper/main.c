@@ -29,7 +29,7 @@ static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (4e) softmax beside the previous P V in each turn, (4f) a persistent grid taking tiles from a queue, (4g) the causal bookkeeping worked out once per tile, (4h) the causal queue in L2-sized groups of heads, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (4e) softmax beside the previous P V in each turn, (4f) a persistent grid taking tiles from a queue, (4g) the causal bookkeeping worked out once per tile, (4h) the causal queue's heavy tiles in L2-sized groups of heads, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
                "on the same input; (6) the backward with wgmma, beside phase 5 step 4.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
