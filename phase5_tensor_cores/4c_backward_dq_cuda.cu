@@ -5,7 +5,7 @@
 //   change, yet step 4b reads the warp's A fragments of both from shared memory again for every K tile (2 D / 16
 //   ldmatrix.x4 per tile, each feeding only KEY_BLOCKS mma). Step 4c reads them once, before the loop, and keeps them:
 //   D / 2 registers a thread for the two (32 at D = 64, 64 at D = 128). At D = 64 they do not fit beside the rest in
-//   the 128 registers that four blocks per SM allow (ptxas spills 292 bytes), so the launch asks for three blocks
+//   the 128 registers that four blocks per SM allow (ptxas spills when asked for four), so the launch asks for three
 //   (168 registers); at D = 128 shared memory allows two blocks whatever the registers. Only where the operands come
 //   from changes: the same products, in the same order, so the same bits as step 4b, and step 4's CPU twin.
 // CPU twin:  phase5_tensor_cores/4_backward_dq_cpu.c (step 4's)

@@ -7,11 +7,12 @@
                                               passes on the real outputs, fails on one changed element; and on the
                                               saved outputs of phases 2-4 where they are built
     check_tools.py headline TOOLS BUILD OUT   headline_tables.py on a log of the headline commands (run small, on the
-                                              CPU, their rows relabelled cuda): the tables hold the log's numbers
+                                              CPU, their rows relabelled cuda): the tables hold the log's numbers;
+                                              and on the committed H200 logs of step 3i's tiles and steps 4b to 4d
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
-                                              log row's number found in its table (step 4h's on the stages log
-                                              with step 4h's rows added); a log lacking rows, or holding a failed
-                                              check, refused with one "error:" line; hopper_bench.sh's refusals (no
+                                              log row's number found in its table (step 4h's on its own log, and
+                                              on the stages log with step 4h's rows added); a log lacking rows, or
+                                              holding a failed check, refused with one "error:" line; hopper_bench.sh's refusals (no
                                               phase7_hopper, a bad PARTS): one line, exit 2
     check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is
                                               the median of its series; a malformed --backward-tiles refused with
@@ -256,6 +257,19 @@ def check_headline(tools, build, out):
     tflops = float(next(m for line in lines[start:] if (m := timing.match(line))).group(1)) / 1000
     expect(re.search(rf"^\| step 3i, 128 x 128 tiles \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
            f"step 3i's 128 x 128 bf16 {tflops:.1f} TFLOP/s not in the key-tiles table")
+    # Steps 4b to 4d's backward beside FlashAttention-2, off the committed H200 log: step 4d's bf16 row at D = 64,
+    # not causal, is the log's first such run, as it printed it in GFLOP/s.
+    backward = os.path.join(os.path.dirname(os.path.abspath(tools)), "docs", "figures", "h200-phase5-backward.log")
+    proc = run([sys.executable, script, backward, "--table", "phase5-backward-steps"])
+    expect(proc.returncode == 0 and proc.stdout.startswith("Measured on an NVIDIA H200"),
+           f"--table phase5-backward-steps: exit {proc.returncode}")
+    lines = open(backward).read().split("\n")
+    start = next(i for i, line in enumerate(lines) if "--dtype bf16 --B 4" in line and "--D 64 " in line
+                 and "--causal" not in line)
+    timing = re.compile(r"^  step 4d bwd det bf16\s+no\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
+    tflops = float(next(m for line in lines[start:] if (m := timing.match(line))).group(1)) / 1000
+    expect(re.search(rf"^\| step 4d \(one more block\) \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
+           f"step 4d's bf16 {tflops:.1f} TFLOP/s not in the backward-steps table")
 
 
 def check_hopper(tools, root, out):
@@ -287,6 +301,13 @@ def check_hopper(tools, root, out):
     proc = subprocess.run([sys.executable, script, stages, "--table", "groups"], capture_output=True, text=True)
     expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "step 4h" in proc.stderr
            and proc.stderr.count("\n") == 1, f"--table groups without step 4h: exit {proc.returncode}")
+    # And on step 4h's own log: its first bf16 row (S = 4096, D = 64, not causal) as the log printed it.
+    groups = os.path.join(root, "docs", "figures", "h200-phase7-groups.log")
+    proc = subprocess.run([sys.executable, script, groups, "--table", "groups"], capture_output=True, text=True)
+    first = next(m for line in open(groups) if (m := re.match(r"^  step 4h l2 head groups bf16 .* ([\d.]+) +- +", line)))
+    expect(proc.returncode == 0 and proc.stdout.count("step 4h / cuDNN") == 3 and
+           f"| S = 4096, step 4h, bf16 | {float(first[1]) / 1000:.1f} |" in proc.stdout,
+           f"--table groups on {groups}: exit {proc.returncode}")
     # The cuDNN comparison reads one Nsight Compute report per kernel beside the H200 log; a missing report is refused.
     h200 = os.path.join(root, "docs", "figures", "h200-phase7-persistent.log")
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)
