@@ -244,33 +244,28 @@ def check_headline(tools, build, out):
     proc = run([sys.executable, script, path])
     expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "phase4_backward" in proc.stderr,
            f"a log without phase 4: exit {proc.returncode}, stderr {proc.stderr.strip()}")
-    # Step 3i's two tiles beside FlashAttention-2, off the committed H200 log: the 128 x 128 row at D = 64 is the log's
-    # `--block-n 128` run, as it printed it in GFLOP/s.
-    key_tiles = os.path.join(os.path.dirname(os.path.abspath(tools)), "docs", "figures", "h200-phase5-key-tiles.log")
-    proc = run([sys.executable, script, key_tiles, "--table", "phase5-key-tiles"])
-    expect(proc.returncode == 0 and proc.stdout.startswith("Measured on an NVIDIA H200"),
-           f"--table phase5-key-tiles: exit {proc.returncode}")
-    lines = open(key_tiles).read().split("\n")
-    start = next(i for i, line in enumerate(lines) if "--block-n 128 --dtype bf16 --B 4" in line and "--D 64 " in line
-                 and "--causal" not in line)
-    timing = re.compile(r"^  step 3i key offsets bf16\s+no\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
-    tflops = float(next(m for line in lines[start:] if (m := timing.match(line))).group(1)) / 1000
-    expect(re.search(rf"^\| step 3i, 128 x 128 tiles \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
-           f"step 3i's 128 x 128 bf16 {tflops:.1f} TFLOP/s not in the key-tiles table")
-    # Steps 4b to 4d's backward beside FlashAttention-2, off the committed H200 log: step 4d's bf16 row at D = 64,
-    # not causal, is the log's first such run, as it printed it in GFLOP/s.
-    backward = os.path.join(os.path.dirname(os.path.abspath(tools)), "docs", "figures", "h200-phase5-backward.log")
-    proc = run([sys.executable, script, backward, "--table", "phase5-backward-steps"])
-    expect(proc.returncode == 0 and proc.stdout.startswith("Measured on an NVIDIA H200"),
-           f"--table phase5-backward-steps: exit {proc.returncode}")
-    lines = open(backward).read().split("\n")
-    start = next(i for i, line in enumerate(lines) if "--dtype bf16 --B 4" in line and "--D 64 " in line
-                 and "--causal" not in line)
-    timing = re.compile(r"^  step 4d bwd det bf16\s+no\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
-    tflops = float(next(m for line in lines[start:] if (m := timing.match(line))).group(1)) / 1000
-    expect(re.search(rf"^\| step 4d \(one more block\) \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
-           f"step 4d's bf16 {tflops:.1f} TFLOP/s not in the backward-steps table")
+    # Two tables off committed H200 logs, each of which must hold its log's bf16 D = 64 non-causal row, as the log
+    # printed it in GFLOP/s: step 3i's 128 x 128 tiles beside FlashAttention-2 (the `--block-n 128` run), and step 4d's
+    # backward beside it.
+    figures = os.path.join(os.path.dirname(os.path.abspath(tools)), "docs", "figures")
+    expect_log_row_in_table(script, os.path.join(figures, "h200-phase5-key-tiles.log"), "phase5-key-tiles",
+                            "--block-n 128 --dtype bf16 --B 4", "step 3i key offsets", "step 3i, 128 x 128 tiles")
+    expect_log_row_in_table(script, os.path.join(figures, "h200-phase5-backward.log"), "phase5-backward-steps",
+                            "--dtype bf16 --B 4", "step 4d bwd det", "step 4d (one more block)")
 
+
+def expect_log_row_in_table(script, log, table, command, label, table_row):
+    """headline_tables.py --table TABLE on LOG: a table whose row TABLE_ROW holds, as its first cell's bf16 half, the
+    GFLOP/s of the first bf16 non-causal row LABEL after the first D = 64 non-causal command containing COMMAND."""
+    proc = run([sys.executable, script, log, "--table", table])
+    expect(proc.returncode == 0 and proc.stdout.startswith("Measured on an NVIDIA H200"),
+           f"--table {table}: exit {proc.returncode}")
+    lines = open(log).read().split("\n")
+    start = next(i for i, line in enumerate(lines) if command in line and "--D 64 " in line and "--causal" not in line)
+    timing = re.compile(rf"^  {re.escape(label)} bf16\s+no\s+cuda\s+-\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
+    tflops = float(next(m for line in lines[start:] if (m := timing.match(line))).group(1)) / 1000
+    expect(re.search(rf"^\| {re.escape(table_row)} \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
+           f"{label} bf16 {tflops:.1f} TFLOP/s not in --table {table}")
 
 def check_hopper(tools, root, out):
     """hopper_tables.py reads chapter 09's tables off the committed log of tools/hopper_bench.sh, which refuses bad

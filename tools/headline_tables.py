@@ -387,7 +387,6 @@ def table_phase5_key_tiles(log, S):
     (a log of `--step 3` runs at both tiles and `tools/pytorch_compare.py`), at S = 4096 (B=4) or 16384 (B=1); at
     S = 4096 also the profiler's counts at D = 64 / 128, non-causal, bf16 (tools/profile.sh's reports beside the log,
     under the log's GPU prefix: h200-ncu-step3i-key_offsets-d64.txt for h200-....log)."""
-    import ncu_tables   # the reports' reader, tools/ncu_tables.py
     B = 4 if S == 4096 else 1
     i3 = lambda dtype, tiles, s: log.row("phase5_tensor_cores", f"step 3i key offsets {dtype}", s[1], D=s[0],
                                          dtype=dtype, step=3, S=S, block_n=tiles)
@@ -409,25 +408,11 @@ def table_phase5_key_tiles(log, S):
                               f"{ms(fa2('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
     if S != 4096:
         return out
-    prefix = os.path.basename(log.path).split("-")[0] + "-ncu-"
-    folder = os.path.dirname(log.path)
-    get = ncu_tables.get
-    names = ("step3i-key_offsets", "step3i128-key_offsets", "pytorch-flash")
-    reports = [[ncu_tables.read_report(folder, f"{name}-d{D}", prefix) for D in (64, 128)] for name in names]
-    links = ", ".join(f"[{n}]({n})" for n in (os.path.relpath(os.path.join(folder, f"{prefix}{name}-d{D}.txt"),
-                                                             log.link_from) for name in names for D in (64, 128)))
-    out += ["", f"On the same {log.gpu or 'GPU'}, the profiler (`tools/profile.sh`: Nsight Compute, `--clock-control "
-            f"none`, one launch each, B=4 H=16 S=4096, bf16, non-causal; the reports: {links}):", "",
-            "| D = 64 / 128 | step 3i, 128 x 64 | step 3i, 128 x 128 | FlashAttention-2 |", "|---|---|---|---|"]
-    for what, cell in (("duration", lambda r: f"{get(r, 'duration'):.2f} ms"),
-                       ("instructions issued", lambda r: ncu_tables.millions(get(r, "instructions"))),
-                       ("tensor pipe busy", lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
-                       ("shared-memory load wavefronts", lambda r: ncu_tables.millions(get(r, "wavefronts"))),
-                       ("registers per thread", lambda r: f"{get(r, 'registers'):.0f}"),
-                       ("warps per SM (of 64)", lambda r: f"{get(r, 'warps'):.1f}"),
-                       ("cycles a scheduler had no eligible warp", lambda r: f"{get(r, 'no_eligible'):.0f}%")):
-        out.append(f"| {what} | " + " | ".join(" / ".join(cell(r) for r in pair) for pair in reports) + " |")
-    return out
+    return out + profiler_table(log, (("step 3i, 128 x 64", "step3i-key_offsets"),
+                                      ("step 3i, 128 x 128", "step3i128-key_offsets"),
+                                      ("FlashAttention-2", "pytorch-flash")), "",
+                                ("duration", "instructions", "tensor_busy", "wavefronts", "registers", "warps",
+                                 "no_eligible"))
 
 
 def table_phase5_backward_steps(log, S):
@@ -435,7 +420,6 @@ def table_phase5_backward_steps(log, S):
     (a log of `--step 4 --dq deterministic` runs and `tools/pytorch_compare.py`), at S = 4096 (B=4) or 16384 (B=1); at
     S = 4096 also the profiler's counts of each step's two kernels at D = 64 / 128, non-causal, bf16 (tools/profile.sh's
     reports beside the log, under the log's GPU prefix)."""
-    import ncu_tables   # the reports' reader, tools/ncu_tables.py
     B = 4 if S == 4096 else 1
     det = lambda step: lambda dtype, s: log.row("phase5_tensor_cores", f"step {step} bwd det {dtype}", s[1], D=s[0],
                                                 dtype=dtype, step=4, S=S)
@@ -455,26 +439,37 @@ def table_phase5_backward_steps(log, S):
                               f"{ms(fa2('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
     if S != 4096:
         return out
+    return out + profiler_table(log, (("step 4b dK/dV", "step4b-dkdv"), ("step 4b dQ", "step4b-dq"),
+                                      ("step 4c dQ", "step4c-dq"), ("step 4d dK/dV", "step4d-dkdv"),
+                                      ("FlashAttention-2", "pytorch-flash-bwd")),
+                                "step 4c's dK/dV pass is step 4b's, step 4d's dQ pass is step 4c's; ",
+                                ("duration", "registers", "warps", "instructions", "wavefronts", "tensor_busy",
+                                 "no_eligible"))
+
+def profiler_table(log, columns, note, keys):
+    """The profiler's counts at D = 64 / 128, B=4 H=16 S=4096, bf16, non-causal, for each column (its header, and the
+    name of tools/profile.sh's reports beside the log under its GPU prefix: h200-ncu-NAME-d64.txt for h200-....log),
+    one row per key (of `rows` below)."""
+    import ncu_tables   # the reports' reader, tools/ncu_tables.py
+    rows = {"duration": ("duration", lambda v: f"{v:.2f} ms"),
+            "instructions": ("instructions issued", ncu_tables.millions),
+            "tensor_busy": ("tensor pipe busy", lambda v: f"{v:.1f}%"),
+            "wavefronts": ("shared-memory load wavefronts", ncu_tables.millions),
+            "registers": ("registers per thread", lambda v: f"{v:.0f}"),
+            "warps": ("warps per SM (of 64)", lambda v: f"{v:.1f}"),
+            "no_eligible": ("cycles a scheduler had no eligible warp", lambda v: f"{v:.0f}%")}
     prefix = os.path.basename(log.path).split("-")[0] + "-ncu-"
     folder = os.path.dirname(log.path)
-    get = ncu_tables.get
-    names = (("step 4b dK/dV", "step4b-dkdv"), ("step 4b dQ", "step4b-dq"), ("step 4c dQ", "step4c-dq"),
-             ("step 4d dK/dV", "step4d-dkdv"), ("FlashAttention-2", "pytorch-flash-bwd"))
-    reports = [[ncu_tables.read_report(folder, f"{name}-d{D}", prefix) for D in (64, 128)] for _, name in names]
+    reports = [[ncu_tables.read_report(folder, f"{name}-d{D}", prefix) for D in (64, 128)] for _, name in columns]
     links = ", ".join(f"[{n}]({n})" for n in (os.path.relpath(os.path.join(folder, f"{prefix}{name}-d{D}.txt"),
-                                                             log.link_from) for _, name in names for D in (64, 128)))
-    out += ["", f"On the same {log.gpu or 'GPU'}, the profiler (`tools/profile.sh`: Nsight Compute, `--clock-control "
-            f"none`, one launch each, B=4 H=16 S=4096, bf16, non-causal; step 4c's dK/dV pass is step 4b's, step "
-            f"4d's dQ pass is step 4c's; the reports: {links}):", "",
-            "| D = 64 / 128 | " + " | ".join(what for what, _ in names) + " |", "|---" * (len(names) + 1) + "|"]
-    for what, cell in (("duration", lambda r: f"{get(r, 'duration'):.2f} ms"),
-                       ("registers per thread", lambda r: f"{get(r, 'registers'):.0f}"),
-                       ("warps per SM (of 64)", lambda r: f"{get(r, 'warps'):.1f}"),
-                       ("instructions issued", lambda r: ncu_tables.millions(get(r, "instructions"))),
-                       ("shared-memory load wavefronts", lambda r: ncu_tables.millions(get(r, "wavefronts"))),
-                       ("tensor pipe busy", lambda r: f"{get(r, 'tensor_busy'):.1f}%"),
-                       ("cycles a scheduler had no eligible warp", lambda r: f"{get(r, 'no_eligible'):.0f}%")):
-        out.append(f"| {what} | " + " | ".join(" / ".join(cell(r) for r in pair) for pair in reports) + " |")
+                                                             log.link_from) for _, name in columns for D in (64, 128)))
+    out = ["", f"On the same {log.gpu or 'GPU'}, the profiler (`tools/profile.sh`: Nsight Compute, `--clock-control "
+           f"none`, one launch each, B=4 H=16 S=4096, bf16, non-causal; {note}the reports: {links}):", "",
+           "| D = 64 / 128 | " + " | ".join(header for header, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for key in keys:
+        what, cell = rows[key]
+        out.append(f"| {what} | " + " | ".join(" / ".join(cell(ncu_tables.get(r, key)) for r in pair)
+                                               for pair in reports) + " |")
     return out
 
 def main(argv):
