@@ -399,13 +399,7 @@ def table_phase5_key_tiles(log, S):
     rows = (("step 3i, 128 x 64 tiles", lambda d, s: i3(d, None, s)),
             ("step 3i, 128 x 128 tiles", lambda d, s: i3(d, 128, s)),
             ("PyTorch FlashAttention-2", fa2))
-    for what, get in rows:
-        out.append(f"| {what} | " + " | ".join(f"{tf(get('fp16', s)):.1f} / {tf(get('bf16', s)):.1f}"
-                                               for s in SHAPES) + " |")
-    for what, get in rows[:2]:
-        out.append(f"| {what} / FlashAttention-2 | " +
-                   " | ".join(f"{ms(fa2('fp16', s)) / ms(get('fp16', s)):.2f} / "
-                              f"{ms(fa2('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
+    out += half_rows_beside(rows, fa2, "FlashAttention-2")
     if S != 4096:
         return out
     return out + profiler_table(log, (("step 3i, 128 x 64", "step3i-key_offsets"),
@@ -430,13 +424,7 @@ def table_phase5_backward_steps(log, S):
            f"| backward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
     rows = (("step 4b (instruction cuts)", det("4b")), ("step 4c (Q, dO held)", det("4c")),
             ("step 4d (one more block)", det("4d")), ("PyTorch FlashAttention-2", fa2))
-    for what, get in rows:
-        out.append(f"| {what} | " + " | ".join(f"{tf(get('fp16', s)):.1f} / {tf(get('bf16', s)):.1f}"
-                                               for s in SHAPES) + " |")
-    for what, get in rows[:3]:
-        out.append(f"| {what.split(' (')[0]} / FlashAttention-2 | " +
-                   " | ".join(f"{ms(fa2('fp16', s)) / ms(get('fp16', s)):.2f} / "
-                              f"{ms(fa2('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
+    out += half_rows_beside(rows, fa2, "FlashAttention-2", short=lambda what: what.split(" (")[0])
     if S != 4096:
         return out
     return out + profiler_table(log, (("step 4b dK/dV", "step4b-dkdv"), ("step 4b dQ", "step4b-dq"),
@@ -445,6 +433,17 @@ def table_phase5_backward_steps(log, S):
                                 "step 4c's dK/dV pass is step 4b's, step 4d's dQ pass is step 4c's; ",
                                 ("duration", "registers", "warps", "instructions", "wavefronts", "tensor_busy",
                                  "no_eligible"))
+
+def half_rows_beside(rows, base, base_name, short=lambda what: what):
+    """Table rows of TFLOP/s, fp16 / bf16, for each (label, get(dtype, shape)) of rows (the last is base's own row), then
+    each of the others' speed against base's: base's time over the row's."""
+    out = [f"| {what} | " + " | ".join(f"{tf(get('fp16', s)):.1f} / {tf(get('bf16', s)):.1f}" for s in SHAPES) + " |"
+           for what, get in rows]
+    for what, get in rows[:-1]:
+        out.append(f"| {short(what)} / {base_name} | " +
+                   " | ".join(f"{ms(base('fp16', s)) / ms(get('fp16', s)):.2f} / "
+                              f"{ms(base('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
+    return out
 
 def profiler_table(log, columns, note, keys):
     """The profiler's counts at D = 64 / 128, B=4 H=16 S=4096, bf16, non-causal, for each column (its header, and the
