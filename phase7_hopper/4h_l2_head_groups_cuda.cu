@@ -1,5 +1,5 @@
-// 4h_l2_head_groups_cuda.cu - phase 7, step 4h, on the GPU: step 4g with its causal queue taken in groups of heads
-// whose K and V fit in the L2 together; fp16 or bf16 inputs.
+// 4h_l2_head_groups_cuda.cu - phase 7, step 4h, on the GPU: step 4g with its causal queue's heavy tiles taken in
+// groups of heads whose K and V fit in the L2 together, its lightest tiles last; fp16 or bf16 inputs.
 //
 // What it changes against step 4g (phase7_hopper/4g_stages_once_cuda.cu): causal, step 4g's queue lists the
 //   heaviest Q tile of every head first, then the next heaviest of every head, and so on, so that the lightest tiles
