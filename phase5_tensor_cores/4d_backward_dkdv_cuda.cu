@@ -66,7 +66,8 @@ __device__ __forceinline__ void p_and_ds_by_keys(float st[Q_BLOCKS][4], float dp
 // (float32). The deterministic kernel asks for 3 blocks per SM at D = 64 and 2 at D = 128 (what 4d adds).
 template <typename T, int D, int BLOCK_M, int BLOCK_N, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(THREADS, ATOMIC_DQ ? 1 : D == 64 ? 3 : 2)
-backward_occupancy_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k, fa_strides k_strides,
+backward_occupancy_dkdv_kernel(const T *__restrict__ q, fa_strides q_strides, const T *__restrict__ k,
+                     fa_strides k_strides,
                      const T *__restrict__ v, fa_strides v_strides, const T *__restrict__ dout, fa_strides do_strides,
                      const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
                      fa_strides dq_strides, float *__restrict__ dk, fa_strides dk_strides, float *__restrict__ dv,
@@ -314,7 +315,8 @@ static void launch_head_dim(const fa_shape *shape, int atomic_dq, const tc_backw
     }
 }
 
-extern "C" void backward_occupancy_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq, const tc_backward_tensors *t) {
+extern "C" void backward_occupancy_dkdv_cuda(const fa_shape *shape, int dtype, int atomic_dq,
+                                             const tc_backward_tensors *t) {
     if (dtype == FA_DTYPE_FP16)
         launch_head_dim<__half>(shape, atomic_dq, t);
     else

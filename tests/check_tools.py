@@ -10,10 +10,10 @@
                                               CPU, their rows relabelled cuda): the tables hold the log's numbers;
                                               and on the committed H200 logs of step 3i's tiles and steps 4b to 4d
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
-                                              log row's number found in its table (step 4h's on its own log, and
-                                              on the stages log with step 4h's rows added); a log lacking rows, or
-                                              holding a failed check, refused with one "error:" line; hopper_bench.sh's refusals (no
-                                              phase7_hopper, a bad PARTS): one line, exit 2
+                                              log row's number found in its table (step 4h's on its own log); a
+                                              log lacking rows, or holding a failed check, refused with one
+                                              "error:" line; hopper_bench.sh's refusals (no phase7_hopper, a bad
+                                              PARTS): one line, exit 2
     check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is
                                               the median of its series; a malformed --backward-tiles refused with
                                               one line and exit 2 before anything is written (no PyTorch needed)
@@ -267,6 +267,7 @@ def expect_log_row_in_table(script, log, table, command, label, table_row):
     expect(re.search(rf"^\| {re.escape(table_row)} \| [\d.]+ / {tflops:.1f} \|", proc.stdout, re.MULTILINE),
            f"{label} bf16 {tflops:.1f} TFLOP/s not in --table {table}")
 
+
 def check_hopper(tools, root, out):
     """hopper_tables.py reads chapter 09's tables off the committed log of tools/hopper_bench.sh, which refuses bad
     arguments."""
@@ -277,29 +278,17 @@ def check_hopper(tools, root, out):
     # Step 4g's table: three shapes and types, each with its ratio to cuDNN from the same run.
     stages = os.path.join(root, "docs", "figures", "h200-phase7-stages.log")
     proc = subprocess.run([sys.executable, script, stages, "--table", "stages"], capture_output=True, text=True)
-    expect(proc.returncode == 0 and proc.stdout.count("step 4g / cuDNN") == 3, f"--table stages: exit {proc.returncode}")
-    # Step 4h's table, on the stages log with each step 4g timing row copied as step 4h's at twice the GFLOP/s (so
-    # that the table must read step 4h's own rows); the stages log itself, which has no step 4h, is refused.
-    fresh(out)
-    groups, copied = os.path.join(out, "groups.log"), []
-    timing_4g = re.compile(r"^  step 4g stages once (bf16|fp16)( +\S+ +cuda +- +[\d.]+ +[\d.]+ +)([\d.]+)(.*)$")
-    with open(groups, "w") as f:
-        for line in open(stages).read().split("\n"):
-            f.write(line + "\n")
-            if (m := timing_4g.match(line)):
-                copied.append(f"{float(m[3]) * 2:.1f}")
-                f.write(f"  step 4h l2 head groups {m[1]}{m[2]}{copied[-1]}{m[4]}\n")
-    proc = subprocess.run([sys.executable, script, groups, "--table", "groups"], capture_output=True, text=True)
-    expect(proc.returncode == 0 and proc.stdout.count("step 4h / cuDNN") == 3 and copied and   # the first: bf16, D = 64
-           f"| S = 4096, step 4h, bf16 | {float(copied[0]) / 1000:.1f} |" in proc.stdout,
-           f"--table groups: exit {proc.returncode}, step 4h's rows not read")
+    expect(proc.returncode == 0 and proc.stdout.count("step 4g / cuDNN") == 3,
+           f"--table stages: exit {proc.returncode}")
+    # Step 4h's table: the stages log, which has no step 4h, is refused; on step 4h's own log, its first bf16 row
+    # (S = 4096, D = 64, not causal) is in the table as the log printed it.
     proc = subprocess.run([sys.executable, script, stages, "--table", "groups"], capture_output=True, text=True)
     expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "step 4h" in proc.stderr
            and proc.stderr.count("\n") == 1, f"--table groups without step 4h: exit {proc.returncode}")
-    # And on step 4h's own log: its first bf16 row (S = 4096, D = 64, not causal) as the log printed it.
     groups = os.path.join(root, "docs", "figures", "h200-phase7-groups.log")
     proc = subprocess.run([sys.executable, script, groups, "--table", "groups"], capture_output=True, text=True)
-    first = next(m for line in open(groups) if (m := re.match(r"^  step 4h l2 head groups bf16 .* ([\d.]+) +- +", line)))
+    first_4h = re.compile(r"^  step 4h l2 head groups bf16 .* ([\d.]+) +- +")
+    first = next(m for line in open(groups) if (m := first_4h.match(line)))
     expect(proc.returncode == 0 and proc.stdout.count("step 4h / cuDNN") == 3 and
            f"| S = 4096, step 4h, bf16 | {float(first[1]) / 1000:.1f} |" in proc.stdout,
            f"--table groups on {groups}: exit {proc.returncode}")
@@ -358,9 +347,8 @@ def check_hopper(tools, root, out):
     expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
            f"ncu_source_diff.py on two binaries: exit {proc.returncode}, stderr {proc.stderr.strip()}")
     figures = os.path.join(root, "docs", "figures")
-    proc = subprocess.run([sys.executable, diff, os.path.join(figures, "h200-phase7-ncu-source-step4e-d128-causal.csv.gz"),
-                           os.path.join(figures, "h200-phase7-ncu-source-step4e-d128.csv.gz"), "--ratio", "528/1024"],
-                          capture_output=True, text=True)
+    exports = [os.path.join(figures, f"h200-phase7-ncu-source-step4e-d128{kind}.csv.gz") for kind in ("-causal", "")]
+    proc = subprocess.run([sys.executable, diff, *exports, "--ratio", "528/1024"], capture_output=True, text=True)
     excess = [float(x) for x in re.findall(r"\| ([+-][\d.]+) M \|$", proc.stdout, re.MULTILINE)]
     expect(proc.returncode == 0 and len(excess) == 5 and abs(sum(excess[:4]) - excess[4]) < 0.25,
            f"ncu_source_diff.py on the committed exports: exit {proc.returncode}, excesses {excess}")

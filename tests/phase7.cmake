@@ -69,7 +69,7 @@ if(TARGET phase7_hopper_kernels)
   target_link_libraries(test_hopper_large_logits PRIVATE phase7_hopper_kernels)
   add_test(NAME phase7_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_large_logits> cuda)
   set_tests_properties(phase7_cuda_large_logits PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
-  # Steps 4f to 4h (persistent) against step 4e, bit for bit, on shapes of up to 264 tiles (more than the GPU holds
+  # Steps 4f to 4h (persistent) against step 4e, bit for bit, on shapes of up to 320 tiles (more than the GPU holds
   # blocks).
   add_executable(test_hopper_persistent test_hopper_persistent.c)
   target_link_libraries(test_hopper_persistent PRIVATE phase7_hopper_kernels)

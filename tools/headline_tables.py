@@ -434,9 +434,10 @@ def table_phase5_backward_steps(log, S):
                                 ("duration", "registers", "warps", "instructions", "wavefronts", "tensor_busy",
                                  "no_eligible"))
 
+
 def half_rows_beside(rows, base, base_name, short=lambda what: what):
-    """Table rows of TFLOP/s, fp16 / bf16, for each (label, get(dtype, shape)) of rows (the last is base's own row), then
-    each of the others' speed against base's: base's time over the row's."""
+    """Table rows of TFLOP/s, fp16 / bf16, for each (label, get(dtype, shape)) of rows (the last is base's own row),
+    then each of the others' speed against base's: base's time over the row's."""
     out = [f"| {what} | " + " | ".join(f"{tf(get('fp16', s)):.1f} / {tf(get('bf16', s)):.1f}" for s in SHAPES) + " |"
            for what, get in rows]
     for what, get in rows[:-1]:
@@ -444,6 +445,7 @@ def half_rows_beside(rows, base, base_name, short=lambda what: what):
                    " | ".join(f"{ms(base('fp16', s)) / ms(get('fp16', s)):.2f} / "
                               f"{ms(base('bf16', s)) / ms(get('bf16', s)):.2f}" for s in SHAPES) + " |")
     return out
+
 
 def profiler_table(log, columns, note, keys):
     """The profiler's counts at D = 64 / 128, B=4 H=16 S=4096, bf16, non-causal, for each column (its header, and the
@@ -470,6 +472,7 @@ def profiler_table(log, columns, note, keys):
         out.append(f"| {what} | " + " | ".join(" / ".join(cell(ncu_tables.get(r, key)) for r in pair)
                                                for pair in reports) + " |")
     return out
+
 
 def main(argv):
     link_from = "docs"
