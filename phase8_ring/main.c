@@ -13,6 +13,9 @@
 //      build/bin/phase8_ring --impl cpu --ranks 3 --S 1000 --causal --zigzag --backward
 //      build/bin/phase8_ring --impl cuda --dtype bf16 --ranks 4 --B 1 --H 16 --S 32768 --D 128 --causal --zigzag
 //      build/bin/phase8_ring --impl cuda --dtype bf16 --ranks 4 --H 16 --S 131072 --D 128 --causal --zigzag --time-only
+//      build/bin/phase8_ring --impl cuda --dtype bf16 --ranks 4 --H 16 --S 32768 --D 128 --time-only --timeline t.csv
+// --timeline FILE runs each GPU ring row once more with the transport's trace on (ring_transport.h) and writes what
+// every rank's streams did, as CSV, for tools/plot_ring_timeline.py.
 #include "fa_driver.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
@@ -49,6 +52,7 @@ enum { TRANSPORT_AUTO = -1 };
 typedef struct {
     int n_ranks, zigzag, backward, transport;
     int time_only;   // --time-only: no oracle, no check (sizes whose float64 check would take longer than the run)
+    const char *timeline;   // --timeline FILE, or NULL
 } ring_flags;
 
 static void print_ring_help(void) {
@@ -59,11 +63,14 @@ static void print_ring_help(void) {
     printf("  --transport T  nccl | loopback: how the GPU rows pass blocks (default: nccl when built and N GPUs\n"
            "                 are there, else loopback: every rank on GPU 0)\n");
     printf("  --time-only    time the rows without the float64 oracle and without checks (for sizes whose\n"
-           "                 check would take longer than the run; the same code is checked at smaller sizes)\n\n");
+           "                 check would take longer than the run; the same code is checked at smaller sizes);\n"
+           "                 the ring rows then leave O and LSE (the gradients) on the ranks, as a ring does\n");
+    printf("  --timeline F   run each GPU ring row once more, traced, and write what every rank's compute and\n"
+           "                 communication streams did to the CSV file F (tools/plot_ring_timeline.py draws it)\n\n");
 }
 
 static int take_ring_flags(int argc, char **argv, ring_flags *f) {
-    *f = (ring_flags){4, 0, 0, TRANSPORT_AUTO, 0};
+    *f = (ring_flags){4, 0, 0, TRANSPORT_AUTO, 0, NULL};
     int kept = 1;
     for (int a = 1; a < argc; a++) {
         const char *value = NULL;
@@ -90,6 +97,12 @@ static int take_ring_flags(int argc, char **argv, ring_flags *f) {
             if (strcmp(value, "nccl") == 0) f->transport = RING_NCCL;
             else if (strcmp(value, "loopback") == 0) f->transport = RING_LOOPBACK;
             else fa_die("--transport expects nccl or loopback, got '%s'", value);
+        } else if (strcmp(argv[a], "--timeline") == 0 || strncmp(argv[a], "--timeline=", 11) == 0) {
+            if (argv[a][10] == '=') value = argv[a] + 11;
+            else if (a + 1 < argc) value = argv[++a];
+            else fa_die("--timeline needs a file name (the CSV to write)");
+            if (value[0] == '\0') fa_die("--timeline needs a file name (the CSV to write)");
+            f->timeline = value;
         } else {
             if (strcmp(argv[a], "--help") == 0) print_ring_help();
             argv[kept++] = argv[a];
@@ -111,6 +124,7 @@ typedef struct {
 #if FA_HAVE_CUDA
     ring_ranks *ranks;       // GPU ring rows: the ranks on their GPUs, and the transport between them
     ring_transport *tr;
+    int gather;              // GPU ring rows: bring the results to GPU 0 for the check (not with --time-only)
 #endif
 } row_args;
 
@@ -146,7 +160,7 @@ static void run_backward_cpu(void *p) {
 }
 #if FA_HAVE_CUDA
 // A GPU ring row runs the ring, then brings O and LSE (the gradients) from the ranks to GPU 0, where the harness
-// reads them: a copy of S x D floats, small beside the blocks.
+// reads them: a copy of S x D floats, small beside the blocks, but not part of a ring (--time-only leaves it out).
 static void run_forward_cuda(void *p) {
     const row_args *a = p;
     if (a->kind == ROW_SINGLE) {
@@ -156,7 +170,7 @@ static void run_forward_cuda(void *p) {
     }
     if (a->kind == ROW_RING) ring_forward_cuda(a->ranks, a->tr);
     else ring_zigzag_forward_cuda(a->ranks, a->tr);
-    ring_ranks_gather_forward_cuda(a->ranks, a->t.o, a->t.lse);
+    if (a->gather) ring_ranks_gather_forward_cuda(a->ranks, a->t.o, a->t.lse);
 }
 static void run_backward_cuda(void *p) {
     const row_args *a = p;
@@ -166,7 +180,7 @@ static void run_backward_cuda(void *p) {
         return;
     }
     ring_backward_cuda(a->ranks, a->tr);
-    ring_ranks_gather_backward_cuda(a->ranks, a->t.dq, a->t.dk, a->t.dv);
+    if (a->gather) ring_ranks_gather_backward_cuda(a->ranks, a->t.dq, a->t.dk, a->t.dv);
 }
 #endif
 
@@ -304,8 +318,22 @@ static void *upload_bytes(const void *host, size_t bytes, const char *what) {
     return device;
 }
 
+// --timeline: one more run of a GPU ring row with the transport's trace on, its intervals appended to `out`.
+// Returns the number of intervals.
+static int record_timeline(const fa_options *opt, FILE *out, row_args *args, int backward, const char *path) {
+    char label[48];
+    row_label(label, sizeof label, opt, args->kind, backward, args->config.n_ranks);
+    ring_transport_trace_begin(args->tr);
+    if (backward) ring_backward_cuda(args->ranks, args->tr);
+    else if (args->kind == ROW_RING) ring_forward_cuda(args->ranks, args->tr);
+    else ring_zigzag_forward_cuda(args->ranks, args->tr);
+    const int lines = ring_transport_trace_write(args->tr, out, label);
+    if (lines < 0) fa_die("--timeline: cannot write %s", path);
+    return lines;
+}
+
 static void run_cuda(fa_report *report, const checker *ck, const ring_flags *f, const ring_tensors *host_in,
-                     ring_tensors host_out) {
+                     ring_tensors host_out, FILE *timeline) {
     const fa_options *opt = ck->opt;
     const fa_shape *s = &opt->shape;
     const int kind = f->transport == TRANSPORT_AUTO ? ring_transport_auto(f->n_ranks) : f->transport;
@@ -333,9 +361,10 @@ static void run_cuda(fa_report *report, const checker *ck, const ring_flags *f, 
         dev.dv = fa_gpu_alloc(fa_numel_q(s), "dV");
         delta = fa_gpu_alloc(fa_numel_lse(s), "Delta");
     }
-    row_args args = {.shape = s, .t = dev, .delta = delta, .tr = tr,
+    row_args args = {.shape = s, .t = dev, .delta = delta, .tr = tr, .gather = !f->time_only,
                      .config = {opt->dtype, f->n_ranks, RING_CONTIGUOUS, opt->block_m, opt->block_n}};
     ring_ranks *ranks[2] = {NULL, NULL};   // the contiguous ring's, and the zigzag's
+    int intervals = 0, traced = 0;         // --timeline
     for (int k = ROW_SINGLE; k <= (f->zigzag ? ROW_ZIGZAG : ROW_RING); k++) {
         args.kind = k;
         args.config.layout = k == ROW_ZIGZAG ? RING_ZIGZAG : RING_CONTIGUOUS;
@@ -349,6 +378,10 @@ static void run_cuda(fa_report *report, const checker *ck, const ring_flags *f, 
             args.ranks = *r;
         }
         run_row(report, ck, &args, 1, 0, &host_out, &dev);
+        if (timeline && k != ROW_SINGLE) {
+            intervals += record_timeline(opt, timeline, &args, 0, f->timeline);
+            traced++;
+        }
     }
     if (f->backward) {
         // The backward differentiates the ring's own O and LSE, which the forward row left on the ranks (and on GPU 0
@@ -362,11 +395,18 @@ static void run_cuda(fa_report *report, const checker *ck, const ring_flags *f, 
             args.kind = k == ROW_SINGLE ? ROW_SINGLE : (f->zigzag ? ROW_ZIGZAG : ROW_RING);
             run_row(report, ck, &args, 1, 1, &host_out, &dev);
         }
+        if (timeline) {
+            intervals += record_timeline(opt, timeline, &args, 1, f->timeline);
+            traced++;
+        }
     }
     char how[96];
     snprintf(how, sizeof how, "%s: %d rank%s on %d GPU%s", ring_transport_name(kind), f->n_ranks,
              f->n_ranks > 1 ? "s" : "", ring_transport_gpus(tr), ring_transport_gpus(tr) > 1 ? "s" : "");
     add_efficiency_note(report, opt, f, 1, ring_transport_gpus(tr), how);
+    if (timeline)
+        fa_report_add_note(report, "timeline: %d intervals of %d traced ring rows written to %s", intervals, traced,
+                           f->timeline);
 
     for (int i = 0; i < 2; i++)
         if (ranks[i]) {
@@ -407,6 +447,8 @@ int main(int argc, char **argv) {
         fa_die("ring attention shards one sequence (its queries, keys and values are the same tokens): --Sq %lld "
                "and --Sk %lld must be equal (use --S)", (long long)opt.shape.Sq, (long long)opt.shape.Sk);
     check_cuda_options(&opt, &f);
+    if (f.timeline && !(opt.impl & FA_IMPL_CUDA))
+        fa_die("--timeline traces the GPU ring rows: drop --impl cpu");
 
     fa_report report;
     fa_report_init(&report, SPEC.program, &opt);
@@ -419,6 +461,15 @@ int main(int argc, char **argv) {
         fa_die("--dtype %s on the GPU needs phase 5's tensor-core kernels, which this build left out (no sm_80 or "
                "newer); use --impl cpu", fa_dtype_name(opt.dtype));
 #endif
+
+    // --timeline: the file is opened now, so that a name that cannot be written is refused before any work.
+    FILE *timeline = NULL;
+    if (f.timeline && use_gpu) {
+        timeline = fopen(f.timeline, "w");
+        if (!timeline) fa_die("--timeline: cannot write %s: %s", f.timeline, strerror(errno));
+        fprintf(timeline, "row,rank,gpu,what,index,start_us,end_us\n");
+    }
+    if (f.timeline && !use_gpu) fa_report_add_note(&report, "--timeline: no GPU in use, %s not written", f.timeline);
 
     // The inputs (rounded to --dtype; the oracle sees the same numbers), and the oracle on the whole sequence.
     fa_inputs in;
@@ -450,8 +501,9 @@ int main(int argc, char **argv) {
 
     if (opt.impl & FA_IMPL_CPU) run_cpu(&report, &ck, &f, whole, delta);
 #if FA_HAVE_CUDA
-    if (use_gpu) run_cuda(&report, &ck, &f, &whole, whole);
+    if (use_gpu) run_cuda(&report, &ck, &f, &whole, whole, timeline);
 #endif
+    if (timeline && fclose(timeline) != 0) fa_die("--timeline: cannot write %s: %s", f.timeline, strerror(errno));
 
     const int status = fa_finish(&report, &opt);
     free(whole.o);

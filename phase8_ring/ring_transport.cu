@@ -20,6 +20,14 @@ static void fa_nccl_check_(ncclResult_t status, const char *what, const char *fi
 #define FA_NCCL_CHECK(call) fa_nccl_check_((call), #call, __FILE__, __LINE__)
 #endif
 
+// One timing event of the timeline (ring_transport.h), in the order the host recorded it.
+enum { MARK_EXCHANGE, MARK_WAIT_BEGIN, MARK_WAIT_END, MARK_SYNCHRONIZE, MARK_DONE };
+typedef struct {
+    cudaEvent_t event;
+    int rank, channel, kind;   // MARK_*: MARK_DONE on the communication stream, the others on the compute stream
+    int exchange;              // the channel's exchange it belongs to (for a wait: the one it waits for)
+} ring_mark;
+
 struct ring_transport {
     int kind, n_ranks, gpus;
     int devices[RING_MAX_RANKS];
@@ -31,11 +39,31 @@ struct ring_transport {
 #if FA_HAVE_NCCL
     ncclComm_t comms[RING_MAX_RANKS];
 #endif
+    // The timeline: marks is NULL when no trace is on.
+    ring_mark *marks;
+    int n_marks, capacity;
+    int exchanges[RING_CHANNELS];          // exchanges so far, per channel
+    cudaEvent_t origin[RING_MAX_RANKS];    // per GPU: the time 0 of its marks
 };
 
 // The compute stream: the default stream the single-GPU kernels launch on (the legacy one, which every blocking
 // stream synchronises with, and the non-blocking communication streams do not).
 #define COMPUTE_STREAM cudaStreamLegacy
+
+// Records a mark of the timeline on `stream` of rank r's GPU (the current device), when a trace is on.
+static void trace_mark(ring_transport *tr, int r, int channel, int kind, cudaStream_t stream) {
+    if (!tr->marks) return;
+    if (tr->n_marks == tr->capacity) {
+        tr->capacity *= 2;
+        tr->marks = (ring_mark *)realloc(tr->marks, (size_t)tr->capacity * sizeof *tr->marks);
+        if (!tr->marks) fa_die("out of host memory: the timeline's marks");
+    }
+    ring_mark *m = &tr->marks[tr->n_marks++];
+    const int waits = kind == MARK_WAIT_BEGIN || kind == MARK_WAIT_END;   // for the exchange before this call
+    *m = (ring_mark){NULL, r, channel, kind, tr->exchanges[channel] - waits};
+    FA_CUDA_CHECK(cudaEventCreate(&m->event));
+    FA_CUDA_CHECK(cudaEventRecord(m->event, stream));
+}
 
 extern "C" int ring_transport_auto(int n_ranks) {
     int gpus = 0;
@@ -108,6 +136,7 @@ extern "C" void ring_transport_exchange(ring_transport *tr, int channel, void *c
     for (int r = 0; r < N; r++) {
         FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
         FA_CUDA_CHECK(cudaEventRecord(tr->ready[channel][r], COMPUTE_STREAM));
+        trace_mark(tr, r, channel, MARK_EXCHANGE, COMPUTE_STREAM);
     }
     for (int r = 0; r < N; r++) {
         FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
@@ -138,26 +167,110 @@ extern "C" void ring_transport_exchange(ring_transport *tr, int channel, void *c
     for (int r = 0; r < N; r++) {
         FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
         FA_CUDA_CHECK(cudaEventRecord(tr->done[channel][r], stream[r]));
+        trace_mark(tr, r, channel, MARK_DONE, stream[r]);
     }
     FA_CUDA_CHECK(cudaSetDevice(tr->devices[0]));
     tr->pending[channel] = 1;
+    tr->exchanges[channel]++;
 }
 
 extern "C" void ring_transport_wait(ring_transport *tr, int channel) {
     if (!tr->pending[channel]) return;
     for (int r = 0; r < tr->n_ranks; r++) {
         FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
+        trace_mark(tr, r, channel, MARK_WAIT_BEGIN, COMPUTE_STREAM);
         FA_CUDA_CHECK(cudaStreamWaitEvent(COMPUTE_STREAM, tr->done[channel][r], 0));
+        trace_mark(tr, r, channel, MARK_WAIT_END, COMPUTE_STREAM);
     }
     FA_CUDA_CHECK(cudaSetDevice(tr->devices[0]));
     tr->pending[channel] = 0;
 }
 
-extern "C" void ring_transport_synchronize(ring_transport *tr) {
-    for (int r = 0; r < tr->gpus; r++) {
-        FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
+static void synchronize_gpus(const ring_transport *tr) {
+    for (int g = 0; g < tr->gpus; g++) {
+        FA_CUDA_CHECK(cudaSetDevice(tr->devices[g]));
         FA_CUDA_CHECK(cudaDeviceSynchronize());
     }
     FA_CUDA_CHECK(cudaSetDevice(tr->devices[0]));
+}
+
+extern "C" void ring_transport_synchronize(ring_transport *tr) {
+    for (int r = 0; r < tr->n_ranks && tr->marks; r++) {
+        FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
+        trace_mark(tr, r, RING_CHANNEL_KV, MARK_SYNCHRONIZE, COMPUTE_STREAM);
+    }
+    synchronize_gpus(tr);
     tr->pending[RING_CHANNEL_KV] = tr->pending[RING_CHANNEL_DKV] = 0;
+}
+
+// --- The timeline --------------------------------------------------------------------------------------------------
+extern "C" void ring_transport_trace_begin(ring_transport *tr) {
+    if (tr->marks) fa_die("ring_transport_trace_begin: a trace is already on");
+    ring_transport_synchronize(tr);   // every GPU idle: the origins below are recorded at (nearly) the same moment
+    tr->capacity = 256;
+    tr->marks = (ring_mark *)malloc((size_t)tr->capacity * sizeof *tr->marks);
+    if (!tr->marks) fa_die("out of host memory: the timeline's marks");
+    tr->n_marks = 0;
+    tr->exchanges[RING_CHANNEL_KV] = tr->exchanges[RING_CHANNEL_DKV] = 0;
+    for (int g = 0; g < tr->gpus; g++) {
+        FA_CUDA_CHECK(cudaSetDevice(tr->devices[g]));
+        FA_CUDA_CHECK(cudaEventCreate(&tr->origin[g]));
+        FA_CUDA_CHECK(cudaEventRecord(tr->origin[g], COMPUTE_STREAM));
+    }
+    FA_CUDA_CHECK(cudaSetDevice(tr->devices[0]));
+}
+
+// Microseconds from the origin of the mark's GPU to the mark.
+static double mark_us(const ring_transport *tr, const ring_mark *m) {
+    float ms = 0.0f;
+    FA_CUDA_CHECK(cudaEventElapsedTime(&ms, tr->origin[tr->devices[m->rank]], m->event));
+    return 1000.0 * ms;
+}
+
+extern "C" int ring_transport_trace_write(ring_transport *tr, FILE *out, const char *row) {
+    if (!tr->marks) fa_die("ring_transport_trace_write: no trace is on");
+    synchronize_gpus(tr);
+    int lines = 0, failed = 0;
+    static const char *const TRANSFER[RING_CHANNELS] = {"K/V transfer", "dK/dV transfer"};
+    static const char *const WAIT[RING_CHANNELS] = {"K/V wait", "dK/dV wait"};
+    for (int r = 0; r < tr->n_ranks; r++) {
+        // The compute stream: consecutive marks bound an interval, and a wait's two marks bound the stall. A step
+        // ends at its K/V wait (the last step at synchronize).
+        const ring_mark *previous = NULL;
+        int step = 0;
+        for (int i = 0; i < tr->n_marks; i++) {
+            const ring_mark *m = &tr->marks[i];
+            if (m->rank != r || m->kind == MARK_DONE) continue;
+            if (previous) {
+                const int stall = previous->kind == MARK_WAIT_BEGIN && m->kind == MARK_WAIT_END;
+                const double start = mark_us(tr, previous), end = mark_us(tr, m);
+                if (end > start) {
+                    failed |= fprintf(out, "%s,%d,%d,%s,%d,%.1f,%.1f\n", row, r, tr->devices[r],
+                                      stall ? WAIT[m->channel] : "blocks", step, start, end) < 0;
+                    lines++;
+                }
+            }
+            step += m->kind == MARK_WAIT_END && m->channel == RING_CHANNEL_KV;
+            previous = m;
+        }
+        // The transfers: from the exchange's mark on the compute stream to its end on the communication stream.
+        for (int i = 0; i < tr->n_marks; i++) {
+            const ring_mark *done = &tr->marks[i];
+            if (done->rank != r || done->kind != MARK_DONE) continue;
+            for (int j = 0; j < i; j++) {
+                const ring_mark *m = &tr->marks[j];
+                if (m->rank != r || m->kind != MARK_EXCHANGE || m->channel != done->channel ||
+                    m->exchange != done->exchange)
+                    continue;
+                failed |= fprintf(out, "%s,%d,%d,%s,%d,%.1f,%.1f\n", row, r, tr->devices[r],
+                                  TRANSFER[done->channel], done->exchange, mark_us(tr, m), mark_us(tr, done)) < 0;
+                lines++;
+            }
+        }
+    }
+    for (int i = 0; i < tr->n_marks; i++) FA_CUDA_CHECK(cudaEventDestroy(tr->marks[i].event));
+    for (int g = 0; g < tr->gpus; g++) FA_CUDA_CHECK(cudaEventDestroy(tr->origin[g]));
+    free(tr->marks);
+    tr->marks = NULL;
+    return failed ? -1 : lines;
 }

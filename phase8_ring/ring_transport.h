@@ -21,6 +21,7 @@
 #define RING_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "ring_ranks.h"
 
@@ -49,6 +50,24 @@ void ring_transport_exchange(ring_transport *tr, int channel, void *const send[]
 void ring_transport_wait(ring_transport *tr, int channel);
 // Waits on the host until every rank's streams are idle.
 void ring_transport_synchronize(ring_transport *tr);
+
+// --- The timeline (--timeline): what each rank's streams did, measured from the run ------------------------------
+// While a trace is on, every transport call also records a timing event on the rank's GPU:
+//   on the compute stream: at an exchange (the step's blocks are queued after it), just before a wait and just after
+//   it (between the two the stream stalls until the transfer is done: transfer time the blocks did not hide), and at
+//   synchronize (after the last blocks);
+//   on the communication stream: after an exchange's send and receive (the transfer is done).
+// Timing events of two GPUs cannot be compared, so each GPU's times count from an origin event recorded on it when
+// every GPU is idle (ring_transport_trace_begin): the GPUs' clocks then agree to within the few microseconds the
+// host takes to record the origins.
+void ring_transport_trace_begin(ring_transport *tr);
+// Waits for the traced work, writes one CSV line per interval and ends the trace:
+//   row,rank,gpu,what,index,start_us,end_us
+// what: "blocks" (the compute stream ran the step's kernels), "K/V wait" or "dK/dV wait" (it stalled for a transfer),
+// "K/V transfer" or "dK/dV transfer" (from the exchange call on the compute stream to the end of the send and
+// receive); index: the step (a transfer: the channel's exchange, which is step's). Times in microseconds from the
+// GPU's origin. Returns the number of lines, or -1 when a write failed.
+int ring_transport_trace_write(ring_transport *tr, FILE *out, const char *row);
 
 // --- The GPU steps: ranks made by ring_ranks_create_cuda on ring_transport_devices(tr). ---------------------------
 // Each launches every rank's work and returns when it is done; O and LSE (dQ, dK, dV) stay on the ranks.

@@ -69,6 +69,34 @@ foreach(ranks 2 4 8)
 endforeach()
 fa_add_check_test(NAME phase8_cuda_nccl_ranks2_bf16_B1_H2_S300_D128 LABEL phase8 BINARY phase8_ring IMPL cuda
                   ARGS --transport nccl --ranks 2 --dtype bf16 --H 2 --S 300 --D 128 --causal --zigzag --backward)
+fa_add_check_test(NAME phase8_cuda_nccl_ranks4_bf16_B1_H2_S1001_D128 LABEL phase8 BINARY phase8_ring IMPL cuda
+                  ARGS --transport nccl --ranks 4 --dtype bf16 --H 2 --S 1001 --D 128 --causal --zigzag --backward)
+
+# --timeline: every GPU ring row run once more with the transport's trace on, then tools/plot_ring_timeline.py reads
+# the CSV back and checks it (every traced row has every rank, each with its blocks; every transfer's end after its
+# start) before it draws it. With the loopback on one GPU, and over NCCL where the machine has the GPUs.
+foreach(transport loopback nccl)
+  set(csv ${CMAKE_CURRENT_BINARY_DIR}/phase8_timeline_${transport}.csv)
+  add_test(NAME phase8_cuda_timeline_${transport}
+           COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:phase8_ring> --impl cuda --transport ${transport} --ranks 2
+                   --dtype bf16 --H 2 --S 300 --D 64 --causal --zigzag --backward --iters 1 --warmup 0
+                   --timeline ${csv})
+  set_tests_properties(phase8_cuda_timeline_${transport} PROPERTIES LABELS "phase8;gpu" SKIP_RETURN_CODE 77
+                       FIXTURES_SETUP phase8_timeline_${transport})
+  if(Python3_Interpreter_FOUND)
+    # Skipped (77) where the GPU run was: it then wrote no CSV.
+    add_test(NAME phase8_cuda_timeline_${transport}_plot
+             COMMAND sh -c "[ -f \"$0\" ] || { echo 'skipped: no timeline (the GPU run was skipped)'; exit 77; }; exec \"$@\""
+                     ${csv} ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/plot_ring_timeline.py ${csv} --ranks 2
+                     --rows 3 -o ${CMAKE_CURRENT_BINARY_DIR}/phase8_timeline_${transport}.png)
+    set_tests_properties(phase8_cuda_timeline_${transport}_plot PROPERTIES LABELS "phase8;gpu" SKIP_RETURN_CODE 77
+                         FIXTURES_REQUIRED phase8_timeline_${transport})
+  endif()
+endforeach()
+fa_add_bad_input_test(NAME phase8_bad_timeline_cpu LABEL phase8 BINARY phase8_ring STDERR "--timeline"
+                      ARGS --impl cpu --timeline timeline.csv)
+fa_add_bad_input_test(NAME phase8_bad_timeline_missing LABEL phase8 BINARY phase8_ring STDERR "--timeline"
+                      ARGS --timeline)
 
 # --time-only (the big timing runs, whose float64 check would take longer than the run): it runs and times every row.
 add_test(NAME phase8_cpu_time_only COMMAND phase8_ring --impl cpu --time-only --iters 1 --warmup 0 --ranks 3 --H 1
