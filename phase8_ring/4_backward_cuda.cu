@@ -105,7 +105,7 @@ extern "C" void ring_backward_cuda(ring_ranks *ranks, ring_transport *tr) {   //
         // blocks on the default streams, and the two run at the same time. It arrives in the ring buffer that the
         // block before this one was computed from (the exchange waits for that block).
         for (int r = 0; r < N; r++) next[r] = ranks->rank[r].kv_ring[step % 2];
-        if (step < N - 1) ring_transport_exchange(tr, RING_CHANNEL_KV, current, next, ring_kv_bytes(ranks));
+        if (step < N - 1) ring_transport_exchange(tr, RING_CHANNEL_KV_BACKWARD, current, next, ring_kv_bytes(ranks));
         ring_block blocks[RING_MAX_RANKS];
         for (int r = 0; r < N; r++) blocks[r] = compute_block(ranks, r, step, current[r]);
         // The dK and dV travelling with this step's K/V block were sent one step later than it: wait for them only
@@ -120,7 +120,7 @@ extern "C" void ring_backward_cuda(ring_ranks *ranks, ring_transport *tr) {   //
         // last step brings each home, to the rank whose keys they belong to.
         ring_transport_exchange(tr, RING_CHANNEL_DKV, (void *const *)dkv_current, (void *const *)dkv_next,
                                 ring_dkv_bytes(ranks));
-        ring_transport_wait(tr, RING_CHANNEL_KV);   // the next step's blocks need their K/V
+        ring_transport_wait(tr, RING_CHANNEL_KV_BACKWARD);   // the next step's blocks need their K/V
         for (int r = 0; r < N; r++) current[r] = next[r];
     }
     ring_transport_synchronize(tr);

@@ -93,7 +93,10 @@ extern "C" ring_transport *ring_transport_create(int kind, int n_ranks, char *wh
     for (int c = 0; c < RING_CHANNELS; c++)
         for (int r = 0; r < n_ranks; r++) {
             FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
-            FA_CUDA_CHECK(cudaStreamCreateWithFlags(&tr->stream[c][r], cudaStreamNonBlocking));
+            int lowest = 0, highest = 0;   // the numbers of the device's lowest and highest stream priority
+            FA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+            FA_CUDA_CHECK(cudaStreamCreateWithPriority(&tr->stream[c][r], cudaStreamNonBlocking,
+                                                       c == RING_CHANNEL_KV ? highest : lowest));
             FA_CUDA_CHECK(cudaEventCreateWithFlags(&tr->ready[c][r], cudaEventDisableTiming));
             FA_CUDA_CHECK(cudaEventCreateWithFlags(&tr->sent[c][r], cudaEventDisableTiming));
             FA_CUDA_CHECK(cudaEventCreateWithFlags(&tr->done[c][r], cudaEventDisableTiming));
@@ -197,10 +200,10 @@ static void synchronize_gpus(const ring_transport *tr) {
 extern "C" void ring_transport_synchronize(ring_transport *tr) {
     for (int r = 0; r < tr->n_ranks && tr->marks; r++) {
         FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
-        trace_mark(tr, r, RING_CHANNEL_KV, MARK_SYNCHRONIZE, COMPUTE_STREAM);
+        trace_mark(tr, r, 0, MARK_SYNCHRONIZE, COMPUTE_STREAM);
     }
     synchronize_gpus(tr);
-    tr->pending[RING_CHANNEL_KV] = tr->pending[RING_CHANNEL_DKV] = 0;
+    for (int c = 0; c < RING_CHANNELS; c++) tr->pending[c] = 0;
 }
 
 // --- The timeline --------------------------------------------------------------------------------------------------
@@ -211,7 +214,7 @@ extern "C" void ring_transport_trace_begin(ring_transport *tr) {
     tr->marks = (ring_mark *)malloc((size_t)tr->capacity * sizeof *tr->marks);
     if (!tr->marks) fa_die("out of host memory: the timeline's marks");
     tr->n_marks = 0;
-    tr->exchanges[RING_CHANNEL_KV] = tr->exchanges[RING_CHANNEL_DKV] = 0;
+    for (int c = 0; c < RING_CHANNELS; c++) tr->exchanges[c] = 0;
     for (int g = 0; g < tr->gpus; g++) {
         FA_CUDA_CHECK(cudaSetDevice(tr->devices[g]));
         FA_CUDA_CHECK(cudaEventCreate(&tr->origin[g]));
@@ -231,8 +234,8 @@ extern "C" int ring_transport_trace_write(ring_transport *tr, FILE *out, const c
     if (!tr->marks) fa_die("ring_transport_trace_write: no trace is on");
     synchronize_gpus(tr);
     int lines = 0, failed = 0;
-    static const char *const TRANSFER[RING_CHANNELS] = {"K/V transfer", "dK/dV transfer"};
-    static const char *const WAIT[RING_CHANNELS] = {"K/V wait", "dK/dV wait"};
+    static const char *const TRANSFER[RING_CHANNELS] = {"K/V transfer", "K/V transfer", "dK/dV transfer"};
+    static const char *const WAIT[RING_CHANNELS] = {"K/V wait", "K/V wait", "dK/dV wait"};
     for (int r = 0; r < tr->n_ranks; r++) {
         // The compute stream: consecutive marks bound an interval, and a wait's two marks bound the stall. A step
         // ends at its K/V wait (the last step at synchronize).
@@ -250,7 +253,7 @@ extern "C" int ring_transport_trace_write(ring_transport *tr, FILE *out, const c
                     lines++;
                 }
             }
-            step += m->kind == MARK_WAIT_END && m->channel == RING_CHANNEL_KV;
+            step += m->kind == MARK_WAIT_END && m->channel != RING_CHANNEL_DKV;
             previous = m;
         }
         // The transfers: from the exchange's mark on the compute stream to its end on the communication stream.

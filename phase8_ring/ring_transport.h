@@ -15,8 +15,16 @@
 //   - an exchange first waits until its rank's compute stream has reached the call (the buffer it receives into was
 //     computed from one step earlier; the loopback also waits for the receiving rank, whose buffer it writes);
 //   - ring_transport_wait makes every rank's compute stream wait until its send and its receive are both complete.
-// There are two channels, each with its own streams and events: K/V blocks, and (the backward) dK/dV blocks, so that
-// a wait for one does not wait for the other.
+// There are three channels, each with its own streams and events, so that a wait for one does not wait for another:
+//   RING_CHANNEL_KV           the forward's K/V blocks. Its streams have the GPU's highest priority. The next step
+//                             waits for this transfer, and NCCL moves data with thread blocks of its own: at the
+//                             default priority they would get SMs only as the running kernel's blocks drained, and
+//                             the transfer would take the whole step; at the highest, the block scheduler places them
+//                             first, and the transfer is over early in the step;
+//   RING_CHANNEL_KV_BACKWARD  the backward's K/V blocks, and
+//   RING_CHANNEL_DKV          its dK/dV blocks, both at the default priority: the backward's blocks take long enough
+//                             to hide them either way, and a transfer's thread block placed first only takes an SM's
+//                             slot from the blocks (chapter 10 measures both).
 #ifndef RING_TRANSPORT_H
 #define RING_TRANSPORT_H
 
@@ -29,7 +37,7 @@
 extern "C" {
 #endif
 
-enum { RING_CHANNEL_KV = 0, RING_CHANNEL_DKV = 1, RING_CHANNELS = 2 };
+enum { RING_CHANNEL_KV = 0, RING_CHANNEL_KV_BACKWARD = 1, RING_CHANNEL_DKV = 2, RING_CHANNELS = 3 };
 
 typedef struct ring_transport ring_transport;
 
@@ -65,7 +73,7 @@ void ring_transport_trace_begin(ring_transport *tr);
 //   row,rank,gpu,what,index,start_us,end_us
 // what: "blocks" (the compute stream ran the step's kernels), "K/V wait" or "dK/dV wait" (it stalled for a transfer),
 // "K/V transfer" or "dK/dV transfer" (from the exchange call on the compute stream to the end of the send and
-// receive); index: the step (a transfer: the channel's exchange, which is step's). Times in microseconds from the
+// receive); index: the step (a transfer: the channel's exchange, which is the step's). Times in microseconds from the
 // GPU's origin. Returns the number of lines, or -1 when a write failed.
 int ring_transport_trace_write(ring_transport *tr, FILE *out, const char *row);
 

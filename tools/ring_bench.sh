@@ -10,7 +10,8 @@
 # Every row is --time-only (no float64 oracle: at 8 x 32K tokens it would take hours; `make test-phase8` checks the
 # same code on smaller shapes, over NCCL where the machine has the GPUs): the ring rows leave their outputs on the
 # ranks. The forward runs the tiles of phase 5 step 3's fastest forward (128 x 64), the backward the 64 x 64 tiles
-# its kernels have; medians of 5 runs after 1.
+# its kernels have; medians of 5 runs after 1. The log's first line names the commit: FA_COMMIT=... when the binaries
+# were built from another checkout than the one the script runs in.
 set -uo pipefail
 usage="usage: tools/ring_bench.sh BINDIR LOGDIR [GPUS]"
 BIN=${1:?$usage}
@@ -19,7 +20,9 @@ LOGDIR=${2:?$usage}
     echo "tools/ring_bench.sh: $BIN/phase8_ring: no such program (build phase 8 with CUDA and NCCL first)" >&2; exit 2
 }
 HAVE=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
-[ "$HAVE" -ge 2 ] || { echo "tools/ring_bench.sh: this machine has $HAVE GPU(s); the ring needs 2 or more" >&2; exit 2; }
+[ "$HAVE" -ge 2 ] || {
+    echo "tools/ring_bench.sh: this machine has $HAVE GPU(s); the ring needs 2 or more" >&2; exit 2
+}
 GPUS=${3:-}
 if [ -z "$GPUS" ]; then
     for n in 2 4 8; do [ "$n" -le "$HAVE" ] && GPUS="$GPUS $n"; done
@@ -36,7 +39,8 @@ mkdir -p "$LOGDIR"
 cd "$(dirname "$0")/.."
 LOG="$LOGDIR/ring-bench.log"
 {
-    echo "# tools/ring_bench.sh, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+    echo "# tools/ring_bench.sh, $(date -u +%Y-%m-%dT%H:%MZ), commit $commit"
     nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
     echo "# links between the GPUs (nvidia-smi topo -m):"
     nvidia-smi topo -m 2>&1 | sed 's/^/#   /'
