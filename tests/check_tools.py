@@ -17,6 +17,10 @@
     check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is
                                               the median of its series; a malformed --backward-tiles refused with
                                               one line and exit 2 before anything is written (no PyTorch needed)
+    check_tools.py ring TOOLS ROOT OUT        plot_ring_efficiency.py --table on the committed ring_bench.sh log (a
+                                              cell recomputed from the log's medians; a loopback or incomplete log
+                                              refused); plot_ring_timeline.py --summary on the committed timeline,
+                                              and malformed or incomplete ones refused with one line, exit 2
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
@@ -386,13 +390,59 @@ def check_cpu_compare(tools, root, out):
            and not os.path.exists(log), f"--backward-tiles 64y: exit {proc.returncode}, stderr {proc.stderr.strip()}")
 
 
+def check_ring(tools, root, out):
+    """plot_ring_efficiency.py computes chapter 10's efficiencies from the committed ring_bench.sh log (one cell checked
+    against the log's own medians) and refuses a log whose run went over the loopback or lacks a run;
+    plot_ring_timeline.py reads the committed timeline and refuses malformed or incomplete ones."""
+    script = os.path.join(tools, "plot_ring_efficiency.py")
+    log = os.path.join(root, "docs", "figures", "h200x4-ring-bench.log")
+    proc = subprocess.run([sys.executable, script, log, "--table"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("\n") == 6, f"--table on {log}: exit {proc.returncode}")
+    # The 4-GPU, 8K-token non-causal forward: single / (4 x ring) from the two medians the log printed.
+    lines = open(log).read().split("\n")
+    start = lines.index("$ phase8_ring --impl cuda --dtype bf16 --ranks 4 --B 1 --H 16 --S 32768 --D 128 "
+                        "--block-m 128 --block-n 64")
+    medians = {}
+    for line in lines[start + 1:start + 3]:
+        m = re.match(r"^  (single bf16|ring 4 ranks bf16) +no +cuda +- +([\d.]+)", line)
+        if m:
+            medians[m[1]] = float(m[2])
+    cell = "%.2f" % (medians["single bf16"] / (4 * medians["ring 4 ranks bf16"]))
+    expect(proc.stdout.split("\n")[4].startswith("| 4 | 8K | %s |" % cell), f"4 GPUs, 8K: {cell} not in the table")
+    fresh(out)
+    text = open(log).read()
+    for name, changed in (("loopback.log", text.replace("(nccl: 4 ranks on 4 GPUs)", "(loopback: 4 ranks on 1 GPU)")),
+                          ("short.log", text[:text.index("--causal --zigzag --backward")])):
+        path = os.path.join(out, name)
+        with open(path, "w") as f:
+            f.write(changed)
+        proc = subprocess.run([sys.executable, script, path, "--table"], capture_output=True, text=True)
+        expect(proc.returncode == 2 and proc.stderr.count("\n") == 1, f"{name}: exit {proc.returncode}")
+    timeline = os.path.join(tools, "plot_ring_timeline.py")
+    csv_path = os.path.join(root, "docs", "figures", "h200x4-ring-timeline.csv")
+    proc = subprocess.run([sys.executable, timeline, csv_path, "--summary", "--ranks", "4", "--rows", "3"],
+                          capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("rank 3 (GPU 3)") == 3, f"{csv_path}: exit {proc.returncode}")
+    rows = open(csv_path).read().split("\n")
+    bad = {"rows.csv": rows,                                                   # the right file, the wrong --rows
+           "swapped.csv": rows[:1] + [rows[1].replace(",blocks,", ",lunch,")] + rows[2:],   # an unknown kind
+           "missing_rank.csv": [r for r in rows if ",3,3," not in r]}          # rank 3 left out
+    for name, content in bad.items():
+        path = os.path.join(out, name)
+        with open(path, "w") as f:
+            f.write("\n".join(content))
+        args = ["--rows", "2"] if name == "rows.csv" else ["--ranks", "4"]
+        proc = subprocess.run([sys.executable, timeline, path, "--summary"] + args, capture_output=True, text=True)
+        expect(proc.returncode == 2 and proc.stderr.count("\n") == 1, f"{name}: exit {proc.returncode}")
+
+
 def main(argv):
-    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline", "hopper", "cpu-compare"):
+    if len(argv) != 4 or argv[0] not in ("bench", "plots", "npy", "headline", "hopper", "cpu-compare", "ring"):
         print(__doc__)
         return 2
     what, tools, second, out = argv
     {"bench": check_bench, "plots": check_plots, "npy": check_npy, "headline": check_headline,
-     "hopper": check_hopper, "cpu-compare": check_cpu_compare}[what](tools, second, out)
+     "hopper": check_hopper, "cpu-compare": check_cpu_compare, "ring": check_ring}[what](tools, second, out)
     print(f"{len(failures)} failure(s)" if failures else "PASSED")
     return 1 if failures else 0
 

@@ -45,6 +45,13 @@ add_test(NAME tools_cpu_compare_tables
                  ${CMAKE_CURRENT_BINARY_DIR}/tools_cpu_compare_tables)
 set_tests_properties(tools_cpu_compare_tables PROPERTIES LABELS "tools;cpu")
 
+# plot_ring_efficiency.py and plot_ring_timeline.py on the committed phase 8 logs of four GPUs (no GPU needed: the
+# logs are the input): chapter 10's efficiencies and timeline summary, and their refusals of bad logs.
+add_test(NAME tools_ring_plots
+         COMMAND ${Python3_EXECUTABLE} ${tools_checker} ring ${tools_dir} ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tools_ring_plots)
+set_tests_properties(tools_ring_plots PROPERTIES LABELS "tools;cpu")
+
 # The scripts compile (pytorch_compare.py cannot run here: no PyTorch, no GPU).
 add_test(NAME tools_py_compile
          COMMAND ${Python3_EXECUTABLE} -c "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"
@@ -53,7 +60,8 @@ add_test(NAME tools_py_compile
                  ${tools_dir}/ncu_source_diff.py
                  ${tools_dir}/log_excerpt.py
                  ${tools_dir}/kernel_rules.py ${tools_dir}/plot_concepts.py ${tools_dir}/plot_tile_maps.py
-                 ${tools_dir}/plot_tensor_core_maps.py ${tools_checker})
+                 ${tools_dir}/plot_tensor_core_maps.py ${tools_dir}/plot_ring_efficiency.py
+                 ${tools_dir}/plot_ring_timeline.py ${tools_checker})
 
 set_tests_properties(tools_bench_quick tools_plots tools_npy_check tools_headline_tables tools_py_compile
                      PROPERTIES LABELS "tools;cpu" SKIP_RETURN_CODE 77)

@@ -67,6 +67,7 @@ EXTERNAL_FUNCTIONS = {
     "omp_get_num_procs",
     # CUDA runtime
     "cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset", "cudaMemsetAsync",
+    "cudaStreamCreateWithPriority",
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaGetLastError", "cudaPeekAtLastError",
     "cudaGetErrorString", "cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize", "cudaEventElapsedTime",
     "cudaEventDestroy", "cudaGetDeviceCount", "cudaGetDeviceProperties", "cudaSetDevice", "cudaMemGetInfo",

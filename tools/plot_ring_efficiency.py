@@ -151,6 +151,9 @@ def draw(table, header, out):
                 ax.plot(xs, ys, styles.get(tokens, ":"), marker="o", color=colours[name],
                         label="%s, %dK tokens/GPU" % (name, tokens // 1024))
         ax.axhline(1.0, color="#999999", linewidth=0.8)
+        if "fwd causal ring" in kinds:   # the contiguous causal ring's balance, N / (2N - 1): its bound
+            ax.plot(gpu_counts, [n / (2.0 * n - 1.0) for n in gpu_counts], ":", color="#d62728", linewidth=0.8,
+                    label="causal ring's balance N / (2N - 1)")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("GPUs")
         ax.set_xticks(gpu_counts)

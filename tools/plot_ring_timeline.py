@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """plot_ring_timeline.py - phase 8's ring over time: each rank's compute stream and its transfers, from the run.
 
-  python3 tools/plot_ring_timeline.py TIMELINE.csv [-o TIMELINE.png] [--ranks N] [--rows R]
+  python3 tools/plot_ring_timeline.py TIMELINE.csv [-o TIMELINE.png] [--ranks N] [--rows R] [--summary]
 
 TIMELINE.csv is what `phase8_ring ... --timeline TIMELINE.csv` writes (phase8_ring/ring_transport.h): one line per
 interval, `row,rank,gpu,what,index,start_us,end_us`, for each traced ring row ("ring 4 ranks bf16", "zigzag bwd 4
@@ -9,7 +9,8 @@ ranks bf16", ...). `what` is "blocks" (the compute stream ran the step's kernels
 stalled until a transfer was done) or "K/V transfer" / "dK/dV transfer" (from the exchange to the end of the send and
 receive); times count from each GPU's origin. The chart has one panel per row and two lanes per rank: compute (the
 blocks, and the waits in red) and transfers. It prints, per row and rank, the time the compute stream was busy,
-stalled, and how much of its transfers' time the blocks hid. The file is checked first: every traced row has ranks 0
+stalled, and how much of its transfers' time the blocks hid; the blocks of each step; and how long the transfers ran
+on after the last blocks (--summary: that and no chart). The file is checked first: every traced row has ranks 0
 to N-1 (--ranks: exactly N; --rows: exactly R traced rows), every rank has blocks, and with N > 1 transfers.
 
 Reading the CSV needs Python's standard library only; drawing needs matplotlib: without it the summary is printed,
@@ -107,6 +108,12 @@ def summary(intervals):
             hidden = "%.0f%%" % (100.0 * (1.0 - stalled / moving)) if moving > 0 else "-"
             lines.append("  rank %d (GPU %d): blocks %.0f us, stalled %.0f us, transfers %.0f us (%s hidden)"
                          % (rank, own[0]["gpu"], busy, stalled, moving, hidden))
+            steps = sorted({i["index"] for i in own if i["what"] == "blocks"})
+            per_step = [total([i for i in own if i["index"] == n], ["blocks"]) for n in steps]
+            last_blocks = max(i["end"] for i in own if i["what"] == "blocks")
+            tail = max(i["end"] for i in own) - last_blocks
+            lines.append("    blocks per step: %s us; after the last blocks: %.0f us"
+                         % (" ".join("%.0f" % t for t in per_step), tail))
     return lines
 
 
@@ -160,11 +167,14 @@ def main():
     parser.add_argument("-o", "--out", help="the PNG to write (default: the CSV's name with .png)")
     parser.add_argument("--ranks", type=int, help="check: every traced row has this many ranks")
     parser.add_argument("--rows", type=int, help="check: the CSV holds this many traced rows")
+    parser.add_argument("--summary", action="store_true", help="print the summary only, draw nothing")
     args = parser.parse_args()
     intervals = read_intervals(args.csv)
     check_shape(intervals, args.csv, args.ranks, args.rows)
     for line in summary(intervals):
         print(line)
+    if args.summary:
+        return 0
     out = args.out or (args.csv[:-4] if args.csv.endswith(".csv") else args.csv) + ".png"
     try:
         import matplotlib  # noqa: F401

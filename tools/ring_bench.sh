@@ -43,7 +43,7 @@ LOG="$LOGDIR/ring-bench.log"
     echo "# tools/ring_bench.sh, $(date -u +%Y-%m-%dT%H:%MZ), commit $commit"
     nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
     echo "# links between the GPUs (nvidia-smi topo -m):"
-    nvidia-smi topo -m 2>&1 | sed 's/^/#   /'
+    nvidia-smi topo -m 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^/#   /'
     run() {   # run N TOKENS_PER_GPU ARGS...: one configuration; its command, its timing rows and its notes
         local n=$1 tokens=$2
         shift 2
