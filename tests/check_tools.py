@@ -20,7 +20,8 @@
     check_tools.py ring TOOLS ROOT OUT        plot_ring_efficiency.py --table on the committed ring_bench.sh log (a
                                               cell recomputed from the log's medians; a loopback or incomplete log
                                               refused); plot_ring_timeline.py --summary on the committed timeline,
-                                              and malformed or incomplete ones refused with one line, exit 2
+                                              and malformed or incomplete ones refused with one line, exit 2;
+                                              ring_bench.sh's refusal of a folder without phase8_ring
 
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
@@ -434,6 +435,12 @@ def check_ring(tools, root, out):
         args = ["--rows", "2"] if name == "rows.csv" else ["--ranks", "4"]
         proc = subprocess.run([sys.executable, timeline, path, "--summary"] + args, capture_output=True, text=True)
         expect(proc.returncode == 2 and proc.stderr.count("\n") == 1, f"{name}: exit {proc.returncode}")
+    # ring_bench.sh refuses a folder without phase8_ring before it writes anything.
+    logdir = os.path.join(out, "ring-bench")
+    proc = subprocess.run(["bash", os.path.join(tools, "ring_bench.sh"), os.path.join(out, "no-bin"), logdir],
+                          capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.count("\n") == 1 and "phase8_ring" in proc.stderr
+           and not os.path.exists(logdir), f"ring_bench.sh without phase8_ring: exit {proc.returncode}")
 
 
 def main(argv):

@@ -7,12 +7,15 @@
 #   3. run the GPU tests again under compute-sanitizer: memcheck, racecheck, initcheck and synccheck
 #      (LOGDIR/sanitize-*.log), leaving out the tests labelled "big";
 #   4. run the benchmarks (make bench's sweep, and each phase at the shapes the docs quote: LOGDIR/headline.log);
+#      on a machine with several GPUs also phase 8's ring across them (tools/ring_bench.sh: LOGDIR/ring-bench.log,
+#      LOGDIR/ring-timeline.csv);
 #   5. publish: the figures of the sweep (tools/plot_bench.py) and the logs the docs quote, copied into docs/figures/
 #      (or FA_PUBLISH_DIR) under the GPU's model as prefix (h100-headline.log, h100-results.csv, h100-summary.md,
-#      h100-machine.log, h100-*.png), ready to commit beside the chapters that quote them; then every generated table
-#      of the docs is rewritten from them (python3 tools/check_docs.py --regenerate).
-# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline bench
-# publish");
+#      h100-machine.log, h100-*.png; the ring's logs as h100x4-ring-bench.log, h100x4-ring-timeline.csv on four
+#      GPUs), ready to commit beside the chapters that quote them; then every generated table of the docs is
+#      rewritten from them (python3 tools/check_docs.py --regenerate).
+# Steps can be chosen with FA_GPU_CHECK_STEPS (default "build test memcheck racecheck initcheck synccheck headline ring
+# bench publish");
 # FA_GPU_TEST_ARGS narrows the test step (e.g. "-L gpu" when the CPU half already ran elsewhere),
 # FA_SANITIZE_TEST_ARGS the sanitizer sweeps (default "-L gpu -LE big"; "-L gpu -L ^phase -LE big" still covers every
 # kernel, through the phase tests, in less time), FA_HEADLINE_PHASES
@@ -25,7 +28,7 @@ mkdir -p "$LOGDIR"
 LOGDIR=$(cd "$LOGDIR" && pwd)
 cd "$(dirname "$0")/.."
 BUILD=${FA_GPU_BUILD:-build-gpu}
-STEPS=${FA_GPU_CHECK_STEPS:-build test memcheck racecheck initcheck synccheck headline bench publish}
+STEPS=${FA_GPU_CHECK_STEPS:-build test memcheck racecheck initcheck synccheck headline ring bench publish}
 JOBS=$(nproc)
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 summary=()
@@ -76,6 +79,16 @@ if want headline && [ -x tools/headline.sh ]; then
     record headline $([ $? -eq 0 ] && echo ok || echo FAIL) "see headline.log"
 fi
 
+gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
+if want ring; then
+    if [ "$gpus" -ge 2 ]; then
+        tools/ring_bench.sh "$BUILD/bin" "$LOGDIR" > "$LOGDIR/ring-stdout.log" 2>&1
+        record ring $([ $? -eq 0 ] && echo ok || echo FAIL) "see ring-bench.log, ring-timeline.csv"
+    else
+        record ring ok "not run: the ring needs 2 GPUs, this machine has $gpus"
+    fi
+fi
+
 if want bench && [ -f tools/bench.py ]; then
     python3 tools/bench.py --build "$BUILD" --out "$LOGDIR" ${FA_BENCH_ARGS:-} > "$LOGDIR/bench-stdout.log" 2>&1
     record bench $([ $? -eq 0 ] && echo ok || echo FAIL) "see bench.log, results.csv, summary.md, bench-stdout.log"
@@ -94,6 +107,9 @@ if want publish; then
             [ -f "$LOGDIR/$log" ] && cp "$LOGDIR/$log" "$figures/$prefix$log"
         done
         # The docs' GPU tables: every generated block rewritten from the logs just published (into docs/figures/).
+        for log in ring-bench.log ring-timeline.csv; do
+            [ -f "$LOGDIR/$log" ] && cp "$LOGDIR/$log" "$figures/${gpu_model:-gpu}x$gpus-$log"
+        done
         [ "$figures" = docs/figures ] && python3 tools/check_docs.py --regenerate > "$LOGDIR/regenerate.log" 2>&1
         record publish ok "$(ls "$figures/$prefix"* | tr '\n' ' ')"
     else
