@@ -340,6 +340,7 @@ static void run_cuda(fa_report *report, const checker *ck, const ring_flags *f, 
     char why[200];
     ring_transport *tr = ring_transport_create(kind, f->n_ranks, why, sizeof why);
     if (!tr) {   // NCCL asked for where it cannot be had: like a GPU that is not there, the GPU rows are skipped
+        if (timeline) remove(f->timeline);   // nothing will be traced: no file is left with a header alone
         if (opt->impl == FA_IMPL_CUDA) {
             printf("skipped: --transport %s: %s\n", ring_transport_name(kind), why);
             exit(FA_EXIT_SKIP);
