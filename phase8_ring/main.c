@@ -323,10 +323,12 @@ static void *upload_bytes(const void *host, size_t bytes, const char *what) {
 static int record_timeline(const fa_options *opt, FILE *out, row_args *args, int backward, const char *path) {
     char label[48];
     row_label(label, sizeof label, opt, args->kind, backward, args->config.n_ranks);
+    const int gather = args->gather;   // the ring alone: its results stay on the ranks
+    args->gather = 0;
     ring_transport_trace_begin(args->tr);
-    if (backward) ring_backward_cuda(args->ranks, args->tr);
-    else if (args->kind == ROW_RING) ring_forward_cuda(args->ranks, args->tr);
-    else ring_zigzag_forward_cuda(args->ranks, args->tr);
+    if (backward) run_backward_cuda(args);
+    else run_forward_cuda(args);
+    args->gather = gather;
     const int lines = ring_transport_trace_write(args->tr, out, label);
     if (lines < 0) fa_die("--timeline: cannot write %s", path);
     return lines;

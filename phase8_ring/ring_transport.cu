@@ -90,11 +90,11 @@ extern "C" ring_transport *ring_transport_create(int kind, int n_ranks, char *wh
     tr->n_ranks = n_ranks;
     tr->gpus = kind == RING_NCCL ? n_ranks : 1;
     for (int r = 0; r < n_ranks; r++) tr->devices[r] = kind == RING_NCCL ? r : 0;
+    int lowest = 0, highest = 0;   // the numbers of the lowest and highest stream priority (the same on every GPU)
+    FA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     for (int c = 0; c < RING_CHANNELS; c++)
         for (int r = 0; r < n_ranks; r++) {
             FA_CUDA_CHECK(cudaSetDevice(tr->devices[r]));
-            int lowest = 0, highest = 0;   // the numbers of the device's lowest and highest stream priority
-            FA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
             FA_CUDA_CHECK(cudaStreamCreateWithPriority(&tr->stream[c][r], cudaStreamNonBlocking,
                                                        c == RING_CHANNEL_KV ? highest : lowest));
             FA_CUDA_CHECK(cudaEventCreateWithFlags(&tr->ready[c][r], cudaEventDisableTiming));
@@ -223,6 +223,12 @@ extern "C" void ring_transport_trace_begin(ring_transport *tr) {
     FA_CUDA_CHECK(cudaSetDevice(tr->devices[0]));
 }
 
+// One line of the CSV: what rank r did between two marks. Returns 0, or 1 when the write failed.
+static int write_interval(FILE *out, const char *row, const ring_transport *tr, int r, const char *what, int index,
+                          double start_us, double end_us) {
+    return fprintf(out, "%s,%d,%d,%s,%d,%.1f,%.1f\n", row, r, tr->devices[r], what, index, start_us, end_us) < 0;
+}
+
 // Microseconds from the origin of the mark's GPU to the mark.
 static double mark_us(const ring_transport *tr, const ring_mark *m) {
     float ms = 0.0f;
@@ -248,8 +254,7 @@ extern "C" int ring_transport_trace_write(ring_transport *tr, FILE *out, const c
                 const int stall = previous->kind == MARK_WAIT_BEGIN && m->kind == MARK_WAIT_END;
                 const double start = mark_us(tr, previous), end = mark_us(tr, m);
                 if (end > start) {
-                    failed |= fprintf(out, "%s,%d,%d,%s,%d,%.1f,%.1f\n", row, r, tr->devices[r],
-                                      stall ? WAIT[m->channel] : "blocks", step, start, end) < 0;
+                    failed |= write_interval(out, row, tr, r, stall ? WAIT[m->channel] : "blocks", step, start, end);
                     lines++;
                 }
             }
@@ -265,8 +270,8 @@ extern "C" int ring_transport_trace_write(ring_transport *tr, FILE *out, const c
                 if (m->rank != r || m->kind != MARK_EXCHANGE || m->channel != done->channel ||
                     m->exchange != done->exchange)
                     continue;
-                failed |= fprintf(out, "%s,%d,%d,%s,%d,%.1f,%.1f\n", row, r, tr->devices[r],
-                                  TRANSFER[done->channel], done->exchange, mark_us(tr, m), mark_us(tr, done)) < 0;
+                failed |= write_interval(out, row, tr, r, TRANSFER[done->channel], done->exchange, mark_us(tr, m),
+                                         mark_us(tr, done));
                 lines++;
             }
         }
