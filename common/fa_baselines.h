@@ -202,8 +202,9 @@ void backward_tc_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_ten
 
 // Bytes of working memory one CPU thread needs (the larger of the two passes' tiles).
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
-// What the CPU's products run on for this dtype on this CPU, for the report: with bf16 inputs on a CPU with
-// AVX512_BF16, the products along d on its dot-product instruction (vdpbf16ps, bf16_dot.h); otherwise float32 FMAs.
+// What the CPU's products run on for this dtype on this CPU, for the report: with bf16 inputs on a CPU with AMX-BF16
+// or AVX512_BF16, every product on it (tdpbf16ps or vdpbf16ps, phase5_tensor_cores/bf16_dot.h); otherwise float32
+// FMAs.
 const char *flash_backward_tc_cpu_products(int dtype);
 
 // The CUDA kernels are compiled for BLOCK_M x BLOCK_N = 64 x 64 only: 4 warps of 16 keys (dK/dV pass) or of 16

@@ -2,7 +2,8 @@
 // its two passes in order, as phase 4's backward_cpu.c.
 //
 // The passes: 4_backward_dkdv_cpu.c (dK, dV; and dQ with atomic additions in the atomic variant) and
-// 4_backward_dq_cpu.c (the deterministic dQ); what they share: backward_tiles.h.
+// 4_backward_dq_cpu.c (the deterministic dQ), or, with bf16 inputs on a CPU with bf16 arithmetic, the same two on it
+// (4_backward_dkdv_bf16_cpu.c, 4_backward_dq_bf16_cpu.c); what they share: backward_tiles.h.
 // CUDA twin: phase5_tensor_cores/4_backward_cuda.cu
 // Run:       build/bin/phase5_tensor_cores --impl cpu --step 4 --dtype fp16 --B 1 --H 4 --S 1024 --D 64 --dq both
 #include "backward_tiles.h"
@@ -29,7 +30,9 @@ static void backward_preprocess(const fa_shape *shape, int dtype, const tc_backw
 }
 
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n) {
-    return workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
+    const int64_t float32 = workspace_floats(D, block_m, block_n) * (int64_t)sizeof(float);
+    const int64_t bf16 = bf16_workspace_bytes(D, block_m, block_n);
+    return float32 > bf16 ? float32 : bf16;
 }
 
 void flash_backward_tc_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
@@ -38,6 +41,13 @@ void flash_backward_tc_cpu(const fa_shape *shape, int dtype, int block_m, int bl
         fa_die("the tensor-core backward runs one dQ variant at a time (deterministic or atomic)");
     const int atomic_dq = dq_mode == FA_DQ_ATOMIC;
     backward_preprocess(shape, dtype, t, atomic_dq);
+    // bf16 on a CPU with bf16 arithmetic (AMX-BF16 or AVX512_BF16): the passes whose every product is on it.
+    const bf16_dot_unit unit = bf16_dot_unit_for(dtype);
+    if (unit != BF16_DOT_NONE) {
+        backward_bf16_dkdv_cpu(shape, block_m, block_n, t, atomic_dq, unit);
+        if (!atomic_dq) backward_bf16_dq_cpu(shape, block_m, block_n, t, unit);
+        return;
+    }
     backward_tc_dkdv_cpu(shape, dtype, block_m, block_n, t, atomic_dq);
     if (!atomic_dq) backward_tc_dq_cpu(shape, dtype, block_m, block_n, t);
 }

@@ -14,9 +14,8 @@
 //   product is computed a block of rows x columns at a time, 6 x 16 with AVX2 and 8 x 32 with AVX-512 (sized for the
 //   CPU it runs on, block_rows()), in one of two micro-kernels named after the CUDA twin's two mma loops
 //   (backward_tiles.h): sums along d (along_d_micro_kernel: S = Q K^T, dP = dO V^T) and sums along the rows of a tile
-//   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with AVX512_BF16,
-//   the products along d use the CPU's own bf16 dot product instead (bf16_dot_along_d in
-//   phase5_tensor_cores/bf16_dot.c: vdpbf16ps, chosen at run time; the report says which ran).
+//   (along_rows_micro_kernel: dV += P^T dO, dK += dS^T Q, dQ += dS K). With bf16 inputs, on a CPU with AMX-BF16 or
+//   AVX512_BF16, 4_backward_dkdv_bf16_cpu.c runs instead: the same pass on the CPU's own bf16 arithmetic.
 // The dQ pass: phase5_tensor_cores/4_backward_dq_cpu.c; the preprocess and the order: 4_backward_cpu.c.
 // CUDA twin: phase5_tensor_cores/4_backward_dkdv_cuda.cu
 // Diff:      diff -u phase4_backward/backward_dkdv_cpu.c phase5_tensor_cores/4_backward_dkdv_cpu.c
@@ -26,8 +25,6 @@
 #include "fa_exp2.h"
 #include "fa_contract.h"
 #include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
-
-#include <string.h>
 
 // One K/V tile of one head: what one block of the dK/dV kernel does. Keys k_start .. k_start + BLOCK_N - 1.
 FA_SIMD_CLONES
@@ -45,18 +42,12 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
     const int keys = (int)(S_k - k_start < BLOCK_N ? S_k - k_start : BLOCK_N);   // key rows in the tile
     float *dk_acc = w->acc_a, *dv_acc = w->acc_b;
     float *p = w->p_tile, *ds = w->ds_tile;   // [M_pad][N_pad]: P and dS of the tile pair, queries x keys
-    const int bf16_dot = bf16_dot_available(dtype);   // then group is 8: bf16_dot_along_d's block
     const int cols = block_cols(group);
     const int keys_pad = (int)round_up(keys, cols);   // whole blocks of keys
 
     // The K/V tile, once: transposed for S = Q K^T and dP = dO V^T (keys in vectors), K's rows for the atomic dQ.
     stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, w->k_t, N_pad);
     stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, w->v_t, N_pad);
-    if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
-        memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
-        bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_a, N_pad);
-        bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, NULL, w->pairs_b, N_pad);
-    }
     for (int64_t x = 0; x < N_pad * D_pad; x++) dk_acc[x] = dv_acc[x] = 0.0f;
 
     // Causal: the Q tiles that end before this K/V tile starts see none of its keys.
@@ -69,10 +60,6 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
         // The Q tile's rows, a vector copy each: the tile that changes every iteration is the one read as it is.
         stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, NULL, 0);
         stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, NULL, 0);
-        if (bf16_dot) {
-            bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_a, NULL, 0);
-            bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, w->rows_b, NULL, 0);
-        }
         for (int i = 0; i < BLOCK_M; i++) {
             w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
             w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
@@ -86,11 +73,6 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
             //    a time.
             for (int j0 = 0; j0 < keys_pad; j0 += cols) {
                 float *s_block = p + i0 * N_pad + j0, *dp_block = ds + i0 * N_pad + j0;
-                if (bf16_dot) {
-                    bf16_dot_along_d(w->rows_a + i0 * D_pad, D_pad, w->pairs_a + 2 * j0, N_pad, D, s_block, N_pad);
-                    bf16_dot_along_d(w->rows_b + i0 * D_pad, D_pad, w->pairs_b + 2 * j0, N_pad, D, dp_block, N_pad);
-                    continue;
-                }
                 along_d(group, w->q_tile + i0 * D_pad, D_pad, w->k_t + j0, N_pad, D, s_block, N_pad);
                 along_d(group, w->do_tile + i0 * D_pad, D_pad, w->v_t + j0, N_pad, D, dp_block, N_pad);
             }
@@ -153,7 +135,7 @@ static void dkdv_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOC
 void backward_tc_dkdv_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t,
                           int atomic_dq) {
     const int64_t BH = shape->B * shape->H, n_kv_tiles = (shape->Sk + block_n - 1) / block_n;
-    const int group = block_rows(dtype);
+    const int group = block_rows();
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);

@@ -18,8 +18,6 @@
 #include "fa_contract.h"
 #include "fa_simd.h"   // FA_SIMD_CLONES: the hot loops in the CPU's widest vectors
 
-#include <string.h>
-
 // One Q tile of one head: what one block of the deterministic dQ kernel does. Queries q_start .. + BLOCK_M - 1.
 FA_SIMD_CLONES
 static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_N, int group, int64_t bh,
@@ -36,18 +34,12 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
     const int rows = (int)(S_q - q_start < BLOCK_M ? S_q - q_start : BLOCK_M);
     float *dq_acc = w->acc_a;
     float *s_t = w->p_tile, *ds_t = w->ds_tile;   // [N_pad][M_pad]: S^T (then P^T) and dS^T, keys x queries
-    const int bf16_dot = bf16_dot_available(dtype);   // then group is 8: bf16_dot_along_d's block
     const int cols = block_cols(group);
     const int rows_pad = (int)round_up(rows, cols);   // whole blocks of queries
 
     // The Q tile, once: transposed for S^T = K Q^T and dP^T = V dO^T (queries in vectors).
     stage_rows(q, t->q_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->q_tile, w->q_t, M_pad);
     stage_rows(dout, t->do_strides, dtype, q_start, BLOCK_M, S_q, D, D_pad, w->do_tile, w->do_t, M_pad);
-    if (bf16_dot) {   // the two passes lay the bf16 tiles out differently: start from zeros
-        memset(w->rows_a, 0, 4 * w->R_pad * D_pad * sizeof(uint16_t));
-        bf16_dot_stage(q, t->q_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_a, M_pad);
-        bf16_dot_stage(dout, t->do_strides, q_start, BLOCK_M, S_q, D, D_pad, NULL, w->pairs_b, M_pad);
-    }
     for (int i = 0; i < BLOCK_M; i++) {
         w->lse2[i] = i < rows ? lse[q_start + i] * LOG2E : 0.0f;
         w->delta[i] = i < rows ? delta[q_start + i] : 0.0f;
@@ -61,10 +53,6 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
         // The K/V tile's rows, a vector copy each: the tile that changes every iteration is the one read as it is.
         stage_rows(k, t->k_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->k_tile, NULL, 0);
         stage_rows(v, t->v_strides, dtype, k_start, BLOCK_N, S_k, D, D_pad, w->v_tile, NULL, 0);
-        if (bf16_dot) {
-            bf16_dot_stage(k, t->k_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_a, NULL, 0);
-            bf16_dot_stage(v, t->v_strides, k_start, BLOCK_N, S_k, D, D_pad, w->rows_b, NULL, 0);
-        }
 
         // The keys, `group` at a time: `group` rows of S^T and of dP^T. The last group may run past the tile's
         // keys: those rows of K and V are zeros, their dS is 0 and they add nothing.
@@ -73,11 +61,6 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
             // dP^T = V dO^T (the same sums; the GPU computes S and dP), `cols` queries at a time.
             for (int i0 = 0; i0 < rows_pad; i0 += cols) {
                 float *s_block = s_t + c0 * M_pad + i0, *dp_block = ds_t + c0 * M_pad + i0;
-                if (bf16_dot) {
-                    bf16_dot_along_d(w->rows_a + c0 * D_pad, D_pad, w->pairs_a + 2 * i0, M_pad, D, s_block, M_pad);
-                    bf16_dot_along_d(w->rows_b + c0 * D_pad, D_pad, w->pairs_b + 2 * i0, M_pad, D, dp_block, M_pad);
-                    continue;
-                }
                 along_d(group, w->k_tile + c0 * D_pad, D_pad, w->q_t + i0, M_pad, D, s_block, M_pad);
                 along_d(group, w->v_tile + c0 * D_pad, D_pad, w->do_t + i0, M_pad, D, dp_block, M_pad);
             }
@@ -108,7 +91,7 @@ static void dq_program(const fa_shape *shape, int dtype, int BLOCK_M, int BLOCK_
 
 void backward_tc_dq_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t) {
     const int64_t BH = shape->B * shape->H, n_q_tiles = (shape->Sq + block_m - 1) / block_m;
-    const int group = block_rows(dtype);
+    const int group = block_rows();
 #pragma omp parallel
     {
         workspace w = workspace_alloc(shape->D, block_m, block_n);

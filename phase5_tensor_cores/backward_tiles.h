@@ -2,7 +2,8 @@
 // and 4_backward_dq_cpu.c, the dQ pass): one thread's tiles (the stand-in for a block's shared memory), the staging of
 // half rows into float32 tiles, the rounding of P and dS to the half type (both inlined, without branches:
 // fa_half_inline.h), P and dS along a row, and the two register-blocked micro-kernels every product of the backward
-// runs on, in a block sized for the CPU the program runs on (6 x 16 with AVX2, 8 x 32 with AVX-512).
+// runs on, in a block sized for the CPU the program runs on (6 x 16 with AVX2, 8 x 32 with AVX-512); and, for the
+// two passes on the CPU's bf16 units (4_backward_dkdv_bf16_cpu.c, 4_backward_dq_bf16_cpu.c, bf16_dot.h), their tiles.
 // 4_backward_cpu.c runs the preprocess and the two passes in order.
 #ifndef BACKWARD_TILES_H
 #define BACKWARD_TILES_H
@@ -26,23 +27,18 @@
 // deep need 8 independent sums in flight: a 4 x 16 block has exactly 8 and none to spare, and per step loads 2
 // vectors and broadcasts 4 values for 8 multiply-adds; 6 x 16, the classic AVX2 SGEMM block (step 5's), loads 2 and
 // broadcasts 6 for 12, and leaves 3 registers for the loads and the broadcast. In 512-bit registers 6 x 16 would be
-// only 6 sums, and vdpbf16ps (bf16_dot.c) needs as many as an FMA or more: the AVX-512 block is 8 x 32, per step 2
-// vectors loaded and 8 values broadcast for 16 multiply-adds, 16 independent sums that cover the latency of either
-// instruction with room to spare. Which products each sum adds, and in what order, does not depend on the block:
+// only 6 sums: the AVX-512 block is 8 x 32, per step 2 vectors loaded and 8 values broadcast for 16 multiply-adds,
+// 16 independent sums that cover the FMA's latency with room to spare. Which products each sum adds, and in what order, does not depend on the block:
 // the gradients are the same bits at either size.
 // Tiles are padded with zeros to a multiple of MAX_VEC columns and of AVX2_ROWS rows (pad_rows()): a whole block of
 // either size fits past the last row of a tile.
 #define MAX_ROWS 8
 #define AVX2_ROWS 6
 #define MAX_VEC 32
-_Static_assert(MAX_ROWS == BF16_DOT_ROWS && MAX_VEC == BF16_DOT_COLS, "bf16_dot_along_d computes the AVX-512 block");
 
 // Rows in a micro-kernel's block on this CPU (fa_simd.h: the vector width of the version of the hot loops the CPU
-// runs); the columns follow from them (block_cols()). bf16_dot_along_d runs only on AVX-512 CPUs and computes the
-// AVX-512 block.
-static inline int block_rows(int dtype) {
-    return fa_simd_vector_floats() >= 16 || bf16_dot_available(dtype) ? MAX_ROWS : AVX2_ROWS;
-}
+// runs); the columns follow from them (block_cols()).
+static inline int block_rows(void) { return fa_simd_vector_floats() >= 16 ? MAX_ROWS : AVX2_ROWS; }
 static inline int block_cols(int group) { return group == MAX_ROWS ? 32 : 16; }
 
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -62,16 +58,13 @@ typedef struct {
     float *p_tile, *ds_tile;       // [M_pad * N_pad]  S, then P, rounded; dP, then dS, rounded: [queries][keys] in
                                    // the dK/dV pass, transposed ([keys][queries]: S^T, dS^T) in the dQ pass
     float *dq_rows;                // [group, D_pad]  the atomic dQ's share of a group of rows, before it is added
-    // bf16 inputs on a CPU with AVX512_BF16 (bf16_dot.h): the tiles as bf16 bits, rows and pairs along d.
-    uint16_t *rows_a, *rows_b;     // [R_pad][D_pad]      Q and dO (dK/dV pass), K and V (dQ pass)
-    uint16_t *pairs_a, *pairs_b;   // [D_pad/2][R_pad][2] K and V (dK/dV pass), Q and dO (dQ pass)
 } workspace;
 
 static inline int64_t workspace_floats(int64_t D, int block_m, int block_n) {
     const int64_t M_pad = pad_rows(block_m), N_pad = pad_rows(block_n), D_pad = round_up(D, MAX_VEC);
     const int64_t R_pad = M_pad > N_pad ? M_pad : N_pad;
     return 2 * M_pad * D_pad + 2 * D * M_pad + 2 * N_pad * D_pad + 2 * D * N_pad + 2 * M_pad + 2 * R_pad * D_pad +
-           2 * M_pad * N_pad + MAX_ROWS * D_pad + 2 * R_pad * D_pad;   // + the 4 bf16 tiles
+           2 * M_pad * N_pad + MAX_ROWS * D_pad;
 }
 
 static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
@@ -95,12 +88,7 @@ static inline workspace workspace_alloc(int64_t D, int block_m, int block_n) {
     w.acc_b = next, next += R_pad * w.D_pad;
     w.p_tile = next, next += w.M_pad * w.N_pad;
     w.ds_tile = next, next += w.M_pad * w.N_pad;
-    w.dq_rows = next, next += MAX_ROWS * w.D_pad;
-    uint16_t *bits = (uint16_t *)next;
-    w.rows_a = bits, bits += R_pad * w.D_pad;
-    w.rows_b = bits, bits += R_pad * w.D_pad;
-    w.pairs_a = bits, bits += R_pad * w.D_pad;
-    w.pairs_b = bits;
+    w.dq_rows = next;
     return w;
 }
 
@@ -225,5 +213,86 @@ FA_SIMD_INLINE void along_rows(int group, const float *a, int64_t a_row, int64_t
 void backward_tc_dkdv_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t,
                           int atomic_dq);
 void backward_tc_dq_cpu(const fa_shape *shape, int dtype, int block_m, int block_n, const tc_backward_tensors *t);
+
+// The bf16 passes: every product a 32 x 32 block of bf16_dot_block() (bf16_dot.h), on tiles of bf16 bits staged once
+// per pass for every head (the tiles that stream past a program are read again by every program of their head;
+// staged once, each program's loop only points into them). Tiles are padded with zeros to BF16_DOT_BLOCK rows.
+typedef struct {
+    bf16_dot_unit unit;
+    int64_t M_pad, N_pad, D_pad;   // BLOCK_M, BLOCK_N and D rounded up to BF16_DOT_BLOCK
+    float *scores, *grads;         // [M_pad * N_pad]  S then P, dP then dS: [keys][queries] in the dK/dV pass (S^T),
+                                   // [queries][keys] in the dQ pass
+    uint16_t *p_bits, *ds_bits;    // the same, rounded to bf16, as bits: the rows of dV's, dK's and dQ's blocks
+    uint16_t *ds_rows;             // the atomic dQ: dS by queries, [M_pad][N_pad]
+    float *lse2, *delta;           // [M_pad]  LSE_i * LOG2E and Delta_i of the Q tile
+    float *acc_a, *acc_b;          // [max(M_pad, N_pad)][D_pad]  dK and dV, or dQ
+    float *dq_rows;                // [BF16_DOT_BLOCK][D_pad]  the atomic dQ's share of 32 queries
+} bf16_workspace;
+
+static inline int64_t bf16_workspace_bytes(int64_t D, int block_m, int block_n) {
+    const int64_t M_pad = round_up(block_m, BF16_DOT_BLOCK), N_pad = round_up(block_n, BF16_DOT_BLOCK);
+    const int64_t D_pad = round_up(D, BF16_DOT_BLOCK), R_pad = M_pad > N_pad ? M_pad : N_pad;
+    return (2 * M_pad * N_pad + 2 * M_pad + 2 * R_pad * D_pad + BF16_DOT_BLOCK * D_pad) * (int64_t)sizeof(float) +
+           3 * M_pad * N_pad * (int64_t)sizeof(uint16_t);
+}
+
+static inline bf16_workspace bf16_workspace_alloc(bf16_dot_unit unit, int64_t D, int block_m, int block_n) {
+    bf16_workspace w;
+    w.unit = unit;
+    w.M_pad = round_up(block_m, BF16_DOT_BLOCK), w.N_pad = round_up(block_n, BF16_DOT_BLOCK);
+    w.D_pad = round_up(D, BF16_DOT_BLOCK);
+    const int64_t R_pad = w.M_pad > w.N_pad ? w.M_pad : w.N_pad, tile = w.M_pad * w.N_pad;
+    const int64_t floats = (bf16_workspace_bytes(D, block_m, block_n) + 3) / 4;
+    float *next = fa_alloc_floats(floats, "the tiles of one bf16 backward program");
+    for (int64_t x = 0; x < floats; x++) next[x] = 0.0f;
+    w.scores = next, next += tile;
+    w.grads = next, next += tile;
+    w.lse2 = next, next += w.M_pad;
+    w.delta = next, next += w.M_pad;
+    w.acc_a = next, next += R_pad * w.D_pad;
+    w.acc_b = next, next += R_pad * w.D_pad;
+    w.dq_rows = next, next += BF16_DOT_BLOCK * w.D_pad;
+    uint16_t *bits = (uint16_t *)next;
+    w.p_bits = bits, bits += tile;
+    w.ds_bits = bits, bits += tile;
+    w.ds_rows = bits;
+    return w;
+}
+
+// One tensor's tiles for every head, in one order (bf16_dot_stage_tiles()): tile t of head bh starts at
+// bf16_tile(&staged, bh, t). The dK/dV pass stages Q and dO (tiles of BLOCK_M) and K and V (BLOCK_N); so does the
+// dQ pass, in the orders it reads them.
+typedef struct {
+    uint16_t *bits;
+    int64_t tile_values, head_values;   // padded * D_pad; the head's tiles
+} bf16_staged;
+
+static inline bf16_staged bf16_stage(const fa_shape *shape, const void *x, fa_strides strides, int64_t S, int block,
+                                     int64_t D_pad, bf16_tile_order order) {
+    const int64_t padded = round_up(block, BF16_DOT_BLOCK), n_tiles = (S + block - 1) / block;
+    bf16_staged st = {NULL, padded * D_pad, n_tiles * padded * D_pad};
+    const int64_t BH = shape->B * shape->H;
+    st.bits = (uint16_t *)fa_alloc_floats((BH * st.head_values + 1) / 2, "a bf16 tensor staged in tiles");
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const uint16_t *head = (const uint16_t *)x + (bh / shape->H) * strides.b + (bh % shape->H) * strides.h;
+        bf16_dot_stage_tiles(head, strides, S, shape->D, block, padded, D_pad, order, st.bits + bh * st.head_values);
+    }
+    return st;
+}
+
+static inline const uint16_t *bf16_tile(const bf16_staged *st, int64_t bh, int64_t tile) {
+    return st->bits + bh * st->head_values + tile * st->tile_values;
+}
+
+// A row of P or dS, rounded to bf16, as bits: the rounding of round_to_half(), and the top half of the float32.
+FA_SIMD_INLINE void round_to_bf16_bits(const float *x, uint16_t *bits, int64_t n) {
+    for (int64_t i = 0; i < n; i++) bits[i] = (uint16_t)(fa_float_bits(fa_round_to_bf16(x[i])) >> 16);
+}
+
+void backward_bf16_dkdv_cpu(const fa_shape *shape, int block_m, int block_n, const tc_backward_tensors *t,
+                            int atomic_dq, bf16_dot_unit unit);
+void backward_bf16_dq_cpu(const fa_shape *shape, int block_m, int block_n, const tc_backward_tensors *t,
+                          bf16_dot_unit unit);
 
 #endif

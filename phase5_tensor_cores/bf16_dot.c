@@ -1,4 +1,5 @@
-// bf16_dot.c - the products along d of step 4's CPU twin on AVX512_BF16 (bf16_dot.h says what and when).
+// bf16_dot.c - the 32 x 32 blocks of step 4's bf16 products on AMX, AVX512_BF16 or plain C (bf16_dot.h says what
+// and when), and the staging of the tiles they read.
 #include "bf16_dot.h"
 
 #include "fa_half.h"     // FA_DTYPE_BF16
@@ -6,86 +7,238 @@
 
 #include <string.h>
 
-// The dot-product instruction, where the compiler has it (GCC 10, Clang 9 on): built always, run where the CPU has it.
-#if defined(__GNUC__) && defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
+// The instructions, where the compiler has them (GCC 11, Clang 12 on): built always, run where the CPU has them.
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#include <cpuid.h>
 #include <immintrin.h>
-#define HAVE_BF16_DOT 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HAVE_BF16_UNITS 1
 #else
-#define HAVE_BF16_DOT 0
+#define HAVE_BF16_UNITS 0
 #endif
 
-int bf16_dot_available(int dtype) {
-#if HAVE_BF16_DOT
-    __builtin_cpu_init();
-    return dtype == FA_DTYPE_BF16 && __builtin_cpu_supports("avx512bf16");
+static int forced = -1;   // bf16_dot_force()'s unit, or -1: the best this CPU has
+
+#if HAVE_BF16_UNITS
+// AMX's tile registers are large (8 x 1 KiB) and Linux hands them to a process only when it asks, once.
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static int cpu_has_amx_bf16(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    const unsigned amx_bf16 = 1u << 22, amx_tile = 1u << 24;   // CPUID.(7, 0):EDX
+    return (edx & amx_bf16) && (edx & amx_tile);
+}
+
+static bf16_dot_unit best_unit(void) {
+    static int best = -1;   // asked once: the first call comes before any parallel region (bf16_dot.h)
+    if (best < 0) {
+        __builtin_cpu_init();
+        if (cpu_has_amx_bf16() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0)
+            best = BF16_DOT_AMX;
+        else if (__builtin_cpu_supports("avx512bf16"))
+            best = BF16_DOT_AVX512;
+        else
+            best = BF16_DOT_NONE;
+    }
+    return (bf16_dot_unit)best;
+}
 #else
-    (void)dtype;
-    return 0;
+static bf16_dot_unit best_unit(void) { return BF16_DOT_NONE; }
 #endif
+
+bf16_dot_unit bf16_dot_unit_for(int dtype) {
+    if (dtype != FA_DTYPE_BF16) return BF16_DOT_NONE;
+    return forced >= 0 ? (bf16_dot_unit)forced : best_unit();
+}
+
+void bf16_dot_force(bf16_dot_unit unit) {
+    const bf16_dot_unit best = best_unit();
+    if (unit == BF16_DOT_AMX && best != BF16_DOT_AMX) fa_die("bf16_dot_force: this CPU (or build) has no AMX-BF16");
+    if (unit == BF16_DOT_AVX512 && best == BF16_DOT_NONE)
+        fa_die("bf16_dot_force: this CPU (or build) has no AVX512_BF16");
+    forced = (int)unit;
 }
 
 const char *bf16_dot_products(int dtype) {
-    if (bf16_dot_available(dtype)) return "products along d on AVX512_BF16 (vdpbf16ps), the others float32 FMAs";
+    switch (bf16_dot_unit_for(dtype)) {
+    case BF16_DOT_AMX: return "every product on AMX-BF16 tiles (tdpbf16ps), 32 x 32 blocks";
+    case BF16_DOT_AVX512: return "every product on AVX512_BF16 (vdpbf16ps), 32 x 32 blocks";
+    case BF16_DOT_EMULATED: return "every product in bf16 pairs by plain C (the units' sums, emulated)";
+    case BF16_DOT_NONE: break;
+    }
     if (dtype != FA_DTYPE_BF16) return "float32 FMAs";
-    return HAVE_BF16_DOT ? "float32 FMAs (this CPU has no AVX512_BF16)"
-                         : "float32 FMAs (this build cannot compile for AVX512_BF16)";
+    return HAVE_BF16_UNITS ? "float32 FMAs (this CPU has neither AMX-BF16 nor AVX512_BF16)"
+                           : "float32 FMAs (this build cannot compile for AMX-BF16 or AVX512_BF16)";
 }
 
-void bf16_dot_stage(const uint16_t *x, fa_strides strides, int64_t first, int64_t count, int64_t exist, int64_t D,
-                    int64_t D_pad, uint16_t *rows, uint16_t *pairs, int64_t pairs_pad) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t d = 0; d < D; d++) {
-            const uint16_t bits = first + r < exist ? x[(first + r) * strides.s + d * strides.d] : 0;
-            if (rows) rows[r * D_pad + d] = bits;
-            if (pairs) pairs[((d / 2) * pairs_pad + r) * 2 + d % 2] = bits;
+// A bf16 value in float32: its bits are the float's top half.
+static inline float bf16_value(uint16_t bits) {
+    const uint32_t wide = (uint32_t)bits << 16;
+    float x;
+    memcpy(&x, &wide, sizeof x);
+    return x;
+}
+
+// Plain C: each lane adds its two products one after the other, as the instructions do (both are exact in float32).
+static void emulated_block(const uint16_t *a, int64_t a_pad, const uint16_t *b_pairs, int64_t b_pad, int64_t n,
+                           float *out, int64_t out_pad, int accumulate) {
+    for (int r = 0; r < BF16_DOT_BLOCK; r++)
+        for (int c = 0; c < BF16_DOT_BLOCK; c++) {
+            float sum = accumulate ? out[r * out_pad + c] : 0.0f;
+            for (int64_t k = 0; k < n; k += 2) {
+                const uint16_t *b_kc = b_pairs + ((k / 2) * b_pad + c) * 2;
+                sum += bf16_value(a[r * a_pad + k]) * bf16_value(b_kc[0]);
+                sum += bf16_value(a[r * a_pad + k + 1]) * bf16_value(b_kc[1]);
+            }
+            out[r * out_pad + c] = sum;
         }
 }
 
-// Per pair of dims d, d + 1: two 64-byte loads of b (columns 0-15 and 16-31) and, for each row, a broadcast of a's
-// pair and two vdpbf16ps:
+#if HAVE_BF16_UNITS
+// AVX512_BF16: 8 rows x 32 columns at a time, 16 zmm sums, each of which waits only for its own previous vdpbf16ps
+// (several cycles) while the core could start one or two a cycle; four such make the block. Per pair k, k + 1: two
+// 64-byte loads of b (columns 0-15 and 16-31) and, for each row, a broadcast of a's pair and two vdpbf16ps:
 //
-//   lane jj of sum[r][h] += a[r][d] * b[16h+jj][d] + a[r][d+1] * b[16h+jj][d+1]    (16 lanes = 16 columns)
-//        b (one zmm, h = 0): | b[0][d] b[0][d+1] | b[1][d] b[1][d+1] | ... | b[15][d] b[15][d+1] |
-//        a (broadcast):      | a[r][d] a[r][d+1] | a[r][d] a[r][d+1] | ... | a[r][d]  a[r][d+1]  |
-//
-// 8 rows x 2 halves: 16 sums, each of which waits only for its own previous vdpbf16ps (bf16_dot.h says why 16).
-// The product of two bf16 values is exact in float32; the instruction adds the two of a lane to the sum one after the
-// other (d + 1 first), rounding each time, and treats denormal inputs as zero. A float32 sum of exact products, as
-// the float32 micro-kernel's and the tensor core's: the half rule holds alike.
-#if HAVE_BF16_DOT
-__attribute__((target("avx512bf16,avx512f"))) static void dot_rows(const uint16_t *a, int64_t D_pad,
-                                                                   const uint16_t *b_pairs, int64_t b_pad, int64_t D,
-                                                                   float *out, int64_t out_pad) {
-    __m512 sum[BF16_DOT_ROWS][2];   // [row][columns 0-15, 16-31]
-    for (int r = 0; r < BF16_DOT_ROWS; r++) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d += 2) {   // D odd: dim D is padding, zero
-        const uint16_t *b_d = b_pairs + d * b_pad;   // pair d / 2: 32 x 2 bf16
-        const __m512i b_lo = _mm512_loadu_si512((const void *)b_d), b_hi = _mm512_loadu_si512((const void *)(b_d + 32));
+//   lane c of sum[r][h] += a[r][k] * b[k][16h+c] + a[r][k+1] * b[k+1][16h+c]    (16 lanes = 16 columns)
+//        b (one zmm, h = 0): | b[k][0] b[k+1][0] | b[k][1] b[k+1][1] | ... | b[k][15] b[k+1][15] |
+//        a (broadcast):      | a[r][k] a[r][k+1] | a[r][k] a[r][k+1] | ... | a[r][k]  a[r][k+1]  |
+__attribute__((target("avx512bf16,avx512f"))) static void avx512_rows(const uint16_t *a, int64_t a_pad,
+                                                                      const uint16_t *b_pairs, int64_t b_pad,
+                                                                      int64_t n, float *out, int64_t out_pad,
+                                                                      int accumulate) {
+    __m512 sum[8][2];   // [row][columns 0-15, 16-31]
 #pragma GCC unroll 8
-        for (int r = 0; r < BF16_DOT_ROWS; r++) {
+    for (int r = 0; r < 8; r++) {
+        sum[r][0] = accumulate ? _mm512_loadu_ps(out + r * out_pad) : _mm512_setzero_ps();
+        sum[r][1] = accumulate ? _mm512_loadu_ps(out + r * out_pad + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < n; k += 2) {
+        const uint16_t *b_k = b_pairs + k * b_pad;   // pair k / 2: b_pad x 2 bf16
+        const __m512i b_lo = _mm512_loadu_si512((const void *)b_k), b_hi = _mm512_loadu_si512((const void *)(b_k + 32));
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
             int32_t pair;
-            memcpy(&pair, a + r * D_pad + d, sizeof pair);
+            memcpy(&pair, a + r * a_pad + k, sizeof pair);
             const __m512bh a_r = (__m512bh)_mm512_set1_epi32(pair);
             sum[r][0] = _mm512_dpbf16_ps(sum[r][0], a_r, (__m512bh)b_lo);
             sum[r][1] = _mm512_dpbf16_ps(sum[r][1], a_r, (__m512bh)b_hi);
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < BF16_DOT_ROWS; r++) {
+    for (int r = 0; r < 8; r++) {
         _mm512_storeu_ps(out + r * out_pad, sum[r][0]);
         _mm512_storeu_ps(out + r * out_pad + 16, sum[r][1]);
     }
 }
+
+// AMX: eight tile registers, each up to 16 rows of 64 bytes, configured once per thread (bf16_dot_thread_begin):
+//
+//   tmm0 tmm1    the block's sums, float32: rows 0-15 x columns 0-15 | 0-15 x 16-31
+//   tmm2 tmm3                               rows 16-31 x columns 0-15 | 16-31 x 16-31
+//   tmm4 tmm5    a, rows 0-15 | rows 16-31, 32 values of k (64 bytes a row)
+//   tmm6 tmm7    b, 16 pairs of k (a row each) x columns 0-15 | 16-31 (a pair, 4 bytes, per column)
+//
+// tdpbf16ps C, A, B: C[m][c] += sum over pairs p of A[m][2p] * B[p][c].lo + A[m][2p + 1] * B[p][c].hi, a 16 x 16
+// float32 tile plus a 16 x 32 times 32 x 16 bf16 product (16 x 16 x 32 multiply-adds), in one instruction. Per 32
+// values of k: four tile loads and four tdpbf16ps.
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} amx_tile_shapes;   // the 64 bytes ldtilecfg reads
+
+// Every tile 16 rows of 64 bytes. A constant object: the intrinsic tells the compiler that ldtilecfg reads 8 bytes
+// only, so stores into a local struct beyond them may be dropped as dead, and ldtilecfg would fault.
+static const amx_tile_shapes EIGHT_FULL_TILES __attribute__((aligned(64))) = {
+    .palette = 1, .bytes_per_row = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
+__attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&EIGHT_FULL_TILES); }
+
+__attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
+
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_block(const uint16_t *a, int64_t a_pad,
+                                                                   const uint16_t *b_pairs, int64_t b_pad, int64_t n,
+                                                                   float *out, int64_t out_pad, int accumulate) {
+    const int64_t out_stride = out_pad * 4, a_stride = a_pad * 2, b_stride = b_pad * 4;   // bytes per row
+    if (accumulate) {
+        _tile_loadd(0, out, out_stride);
+        _tile_loadd(1, out + 16, out_stride);
+        _tile_loadd(2, out + 16 * out_pad, out_stride);
+        _tile_loadd(3, out + 16 * out_pad + 16, out_stride);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t k = 0; k < n; k += 32) {
+        _tile_loadd(4, a + k, a_stride);
+        _tile_loadd(5, a + 16 * a_pad + k, a_stride);
+        _tile_loadd(6, b_pairs + k * b_pad, b_stride);        // pairs k / 2 .. k / 2 + 15, columns 0-15
+        _tile_loadd(7, b_pairs + k * b_pad + 32, b_stride);   // columns 16-31
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, out_stride);
+    _tile_stored(1, out + 16, out_stride);
+    _tile_stored(2, out + 16 * out_pad, out_stride);
+    _tile_stored(3, out + 16 * out_pad + 16, out_stride);
+}
 #endif
 
-void bf16_dot_along_d(const uint16_t *a, int64_t D_pad, const uint16_t *b_pairs, int64_t b_pad, int64_t D, float *out,
-                      int64_t out_pad) {
-#if HAVE_BF16_DOT
-    if (bf16_dot_available(FA_DTYPE_BF16)) {
-        dot_rows(a, D_pad, b_pairs, b_pad, D, out, out_pad);
-        return;
-    }
+void bf16_dot_thread_begin(bf16_dot_unit unit) {
+#if HAVE_BF16_UNITS
+    if (unit == BF16_DOT_AMX) amx_begin();
 #endif
-    (void)a, (void)D_pad, (void)b_pairs, (void)b_pad, (void)D, (void)out, (void)out_pad;
-    fa_die("bf16_dot_along_d called on a CPU without AVX512_BF16 (bf16_dot_available() says 0)");
+    (void)unit;
+}
+
+void bf16_dot_thread_end(bf16_dot_unit unit) {
+#if HAVE_BF16_UNITS
+    if (unit == BF16_DOT_AMX) amx_end();
+#endif
+    (void)unit;
+}
+
+void bf16_dot_block(bf16_dot_unit unit, const uint16_t *a, int64_t a_pad, const uint16_t *b_pairs, int64_t b_pad,
+                    int64_t n, float *out, int64_t out_pad, int accumulate) {
+    switch (unit) {
+#if HAVE_BF16_UNITS
+    case BF16_DOT_AMX: amx_block(a, a_pad, b_pairs, b_pad, n, out, out_pad, accumulate); return;
+    case BF16_DOT_AVX512:
+        for (int r0 = 0; r0 < BF16_DOT_BLOCK; r0 += 8)
+            avx512_rows(a + r0 * a_pad, a_pad, b_pairs, b_pad, n, out + r0 * out_pad, out_pad, accumulate);
+        return;
+#endif
+    case BF16_DOT_EMULATED: emulated_block(a, a_pad, b_pairs, b_pad, n, out, out_pad, accumulate); return;
+    default: fa_die("bf16_dot_block: no bf16 unit to run on (bf16_dot_unit_for() said none)");
+    }
+}
+
+// Where value (r, d) of a tile goes in each order (bf16_dot.h draws them).
+static inline int64_t tile_index(bf16_tile_order order, int64_t r, int64_t d, int64_t padded, int64_t D_pad) {
+    switch (order) {
+    case BF16_TILE_ROWS: return r * D_pad + d;
+    case BF16_TILE_PAIRS_ALONG_D: return ((d / 2) * padded + r) * 2 + d % 2;
+    default: return ((r / 2) * D_pad + d) * 2 + r % 2;   // BF16_TILE_PAIRS_ALONG_ROWS
+    }
+}
+
+void bf16_dot_stage_tiles(const uint16_t *x, fa_strides strides, int64_t S, int64_t D, int block, int64_t padded,
+                          int64_t D_pad, bf16_tile_order order, uint16_t *out) {
+    const int64_t n_tiles = (S + block - 1) / block;
+    for (int64_t t = 0; t < n_tiles; t++) {
+        uint16_t *tile = out + t * padded * D_pad;
+        for (int64_t r = 0; r < padded; r++) {
+            const int64_t row = t * block + r;
+            const int inside = r < block && row < S;   // the padding, and rows past S, are zeros
+            for (int64_t d = 0; d < D_pad; d++)
+                tile[tile_index(order, r, d, padded, D_pad)] = inside && d < D ? x[row * strides.s + d * strides.d] : 0;
+        }
+    }
 }

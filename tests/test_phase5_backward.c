@@ -2,8 +2,10 @@
 // the deterministic dQ's bits.
 //
 // Usage: test_phase5_backward cpu|cuda
-//   cpu:  for fp16 and bf16, causal and not, Sq=130 Sk=100 (ragged tiles), D = 64 and 128: the CPU twin passes the
-//         rule (common/fa_driver.c, fa_make_half_backward_rule) in both dQ variants; the deterministic variant gives
+//   cpu:  each bf16 unit this CPU has computes bf16_dot.h's 32 x 32 block (against sums in double); then for fp16
+//         and bf16 (bf16 on the float32 passes and on the bf16 passes with every unit this CPU has, emulated in C on
+//         any), causal and not, Sq=130 Sk=100 (ragged tiles), D = 64 and 128: the CPU twin passes the
+//         rule (common/fa_driver.c, fa_make_half_backward_rule) in both dQ variants and at odd tiles; the deterministic variant gives
 //         the same bits with 1 and 2 threads; one element moved just past the rule fails it; and a backward fed a
 //         log-sum-exp off by 0.02 (P off by 2%) fails it, so the rule is no wider than the arithmetic needs.
 //   cuda: the same problems on the GPU, for step 4 and step 4b (flash_backward_lean_cuda, the same backward with fewer
@@ -19,8 +21,10 @@
 #include "fa_test_device.h"
 #include "fa_test_grads.h"
 #include "tensor_cores.h"
+#include "bf16_dot.h"
 #include "fa_test_expect.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +102,7 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     problem p;
     make_problem(&p, dtype, D, causal);
     const fa_shape *s = &p.opt.shape;
-    printf("cpu %s D=%s%s\n", dtype, D, causal ? " causal" : "");
+    printf("cpu %s D=%s%s: %s\n", dtype, D, causal ? " causal" : "", bf16_dot_products(p.opt.dtype));
     float *o = fa_alloc_floats(fa_numel_q(s), "O"), *lse = fa_alloc_floats(fa_numel_lse(s), "LSE");
     float *delta = fa_alloc_floats(fa_numel_lse(s), "Delta");
     const tc_forward_tensors f = {p.half.q, p.half.k, p.half.v, p.qs, p.ks, p.ks, o, p.qs, lse};
@@ -112,9 +116,14 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     flash_backward_tc_cpu(s, p.opt.dtype, 64, 64, FA_DQ_DETERMINISTIC, &t);
     t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &atomic);
     flash_backward_tc_cpu(s, p.opt.dtype, 32, 48, FA_DQ_ATOMIC, &t);   // other tiles: the CPU takes any
+    fa_grads odd = grads_alloc(s);
+    t = tensors(&p, p.half.q, p.half.k, p.half.v, p.half.dout, o, lse, delta, &odd);
+    flash_backward_tc_cpu(s, p.opt.dtype, 17, 5, FA_DQ_DETERMINISTIC, &t);   // tiles of odd sizes
 
     EXPECT_MSG(passes_rule(&p, &det1, "deterministic, 1 thread", 0), "%s D=%s: deterministic fails the rule", dtype, D);
     EXPECT_MSG(passes_rule(&p, &atomic, "atomic, 2 threads, tiles 32x48", 0), "%s D=%s: atomic fails the rule", dtype, D);
+    EXPECT_MSG(passes_rule(&p, &odd, "deterministic, tiles 17x5", 0), "%s D=%s: tiles 17x5 fail the rule", dtype, D);
+    grads_free(&odd);
     expect_same_bits(s, &det1, &det2, "deterministic, 1 vs 2 threads");
 
     // One element of dK moved by 1.01 x the allowed error fails the rule.
@@ -136,6 +145,49 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     grads_free(&det1), grads_free(&det2), grads_free(&atomic), grads_free(&off);
     free(o), free(lse), free(delta);
     free_problem(&p);
+}
+
+// Each bf16 unit this CPU has computes bf16_dot_block()'s 32 x 32 block: against sums in double, from zero and on
+// top of what out holds, and a block with one product changed differs there and nowhere else.
+static void test_bf16_blocks(void) {
+    enum { K = 96, A_PAD = 112, B_PAD = 48, OUT_PAD = 40 };
+    static uint16_t a[BF16_DOT_BLOCK * A_PAD], b[(K / 2) * B_PAD * 2];
+    static float out[BF16_DOT_BLOCK * OUT_PAD], start[BF16_DOT_BLOCK * OUT_PAD], values[(K / 2) * B_PAD * 2];
+    fa_fill_random(values, BF16_DOT_BLOCK * A_PAD, 12345, 0, 2.0f);
+    for (int x = 0; x < BF16_DOT_BLOCK * A_PAD; x++) a[x] = fa_float_to_half(values[x], FA_DTYPE_BF16);
+    fa_fill_random(values, (K / 2) * B_PAD * 2, 12345, 1, 2.0f);
+    for (int x = 0; x < (K / 2) * B_PAD * 2; x++) b[x] = fa_float_to_half(values[x], FA_DTYPE_BF16);
+    fa_fill_random(start, BF16_DOT_BLOCK * OUT_PAD, 12345, 2, 8.0f);
+    const bf16_dot_unit best = bf16_dot_unit_for(FA_DTYPE_BF16);
+    const bf16_dot_unit units[3] = {BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX};
+    for (int u = 0; u < 3; u++) {
+        if (u == 1 && best == BF16_DOT_NONE) continue;
+        if (u == 2 && best != BF16_DOT_AMX) continue;
+        for (int accumulate = 0; accumulate < 2; accumulate++) {
+            memcpy(out, start, sizeof out);
+            bf16_dot_thread_begin(units[u]);
+            bf16_dot_block(units[u], a, A_PAD, b, B_PAD, K, out, OUT_PAD, accumulate);
+            bf16_dot_thread_end(units[u]);
+            double worst = 0.0;
+            for (int r = 0; r < BF16_DOT_BLOCK; r++)
+                for (int c = 0; c < BF16_DOT_BLOCK; c++) {
+                    double sum = accumulate ? start[r * OUT_PAD + c] : 0.0, size = fabs(sum);
+                    for (int k = 0; k < K; k++) {
+                        const double x = fa_half_to_float(a[r * A_PAD + k], FA_DTYPE_BF16) *
+                                         fa_half_to_float(b[((k / 2) * B_PAD + c) * 2 + k % 2], FA_DTYPE_BF16);
+                        sum += x, size += fabs(x);
+                    }
+                    // float32 sums of K + 1 terms: each addition rounds by at most 2^-24 of the running size.
+                    const double err = fabs(out[r * OUT_PAD + c] - sum) / (size * (K + 1) * 0x1p-24);
+                    worst = err > worst ? err : worst;
+                }
+            for (int c = BF16_DOT_BLOCK; c < OUT_PAD; c++)
+                EXPECT_MSG(out[c] == start[c], "bf16 block %d: wrote past its 32 columns", units[u]);
+            printf("  bf16 block, unit %d, accumulate %d: worst error %.3f of the float32 bound\n", units[u], accumulate,
+                   worst);
+            EXPECT_MSG(worst <= 1.0, "bf16 block, unit %d: error %.3f of the bound", units[u], worst);
+        }
+    }
 }
 
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
@@ -204,10 +256,19 @@ int main(int argc, char **argv) {
         return FA_EXIT_SKIP;
     }
 #endif
+    if (!gpu) test_bf16_blocks();
+    // bf16 on the CPU: the float32 passes, then the bf16 passes on every unit this CPU has (emulated on any).
+    const bf16_dot_unit best = bf16_dot_unit_for(FA_DTYPE_BF16);
+    bf16_dot_unit units[4] = {BF16_DOT_NONE, BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX};
+    const int n_units = gpu ? 1 : best == BF16_DOT_AMX ? 4 : best == BF16_DOT_AVX512 ? 3 : 2;
     for (int d = 0; d < 2; d++)
         for (int dim = 0; dim < 2; dim++)
             for (int causal = 0; causal < 2; causal++) {
-                if (!gpu) test_cpu_case(dtypes[d], dims[dim], causal);
+                if (!gpu)
+                    for (int u = 0; u < (d == 1 ? n_units : 1); u++) {
+                        bf16_dot_force(units[u]);
+                        test_cpu_case(dtypes[d], dims[dim], causal);
+                    }
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA
                 else {
                     test_cuda_case(dtypes[d], dims[dim], causal, "step 4", flash_backward_tc_cuda, NULL);
