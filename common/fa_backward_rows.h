@@ -21,10 +21,12 @@ tc_backward_tensors contiguous_backward(const fa_shape *s, const void *q, const 
 
 // Runs, checks (by the half rule for gradients) and times one backward, `run` on the CPU or the GPU (is_cuda), once
 // per dQ variant --dq asks for, labelled "LABEL_STEM det DTYPE" and "LABEL_STEM atomic DTYPE". bytes_per_thread: the
-// working memory of each CPU thread (flash_backward_tc_cpu_workspace_bytes), 0 on the GPU.
+// working memory of each CPU thread (flash_backward_tc_cpu_workspace_bytes), 0 on the GPU; staged_bytes: what the CPU
+// run holds for the whole problem besides (flash_backward_tc_cpu_staged_bytes: the bf16 passes' staged tiles), 0 on
+// the GPU.
 void check_and_time_backward(fa_report *report, const fa_options *opt, const fa_reference *ref,
                              const fa_half_rule *rule, const char *label_stem, void (*run)(void *), int is_cuda,
-                             int64_t bytes_per_thread, int block_m, int block_n, tc_backward_tensors t, fa_grads host,
-                             fa_grads device, double upload_ms);
+                             int64_t bytes_per_thread, int64_t staged_bytes, int block_m, int block_n,
+                             tc_backward_tensors t, fa_grads host, fa_grads device, double upload_ms);
 
 #endif

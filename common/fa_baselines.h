@@ -202,6 +202,9 @@ void backward_tc_dq_cuda(const fa_shape *shape, int dtype, const tc_backward_ten
 
 // Bytes of working memory one CPU thread needs (the larger of the two passes' tiles).
 int64_t flash_backward_tc_cpu_workspace_bytes(int64_t D, int block_m, int block_n);
+// Bytes the CPU backward holds for the whole problem on top: with bf16 inputs on the CPU's bf16 units, the larger of
+// the two passes' staged tiles (backward_tiles.h, bf16_stage()); 0 otherwise.
+int64_t flash_backward_tc_cpu_staged_bytes(const fa_shape *shape, int dtype, int block_m, int block_n);
 // What the CPU's products run on for this dtype on this CPU, for the report: with bf16 inputs on a CPU with AMX-BF16
 // or AVX512_BF16, every product on it (tdpbf16ps or vdpbf16ps, phase5_tensor_cores/bf16_dot.h); otherwise float32
 // FMAs.

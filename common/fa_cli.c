@@ -17,7 +17,7 @@
 enum {
     OPT_B = 1000, OPT_H, OPT_SQ, OPT_SK, OPT_S, OPT_D, OPT_CAUSAL, OPT_SCALE, OPT_BLOCK_M, OPT_BLOCK_N, OPT_IMPL,
     OPT_THREADS, OPT_SEED, OPT_WARMUP, OPT_ITERS, OPT_SAVE, OPT_LOAD, OPT_CSV, OPT_CHECK_HEADS, OPT_STEP, OPT_DQ,
-    OPT_COMPARE_CAUSAL, OPT_HELP, OPT_DTYPE, OPT_THREADS_ONLY, OPT_NO_BASELINES
+    OPT_COMPARE_CAUSAL, OPT_HELP, OPT_DTYPE, OPT_THREADS_ONLY, OPT_NO_BASELINES, OPT_CPU_BF16
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -35,6 +35,7 @@ static const struct option LONG_OPTIONS[] = {
     {"compare-causal", no_argument, 0, OPT_COMPARE_CAUSAL},
     {"help", no_argument, 0, OPT_HELP},           {"dtype", required_argument, 0, OPT_DTYPE},
     {"threads-only", no_argument, 0, OPT_THREADS_ONLY}, {"no-baselines", no_argument, 0, OPT_NO_BASELINES},
+    {"cpu-bf16", required_argument, 0, OPT_CPU_BF16},
     {0, 0, 0, 0}};
 
 // --load-dir: the files hold the shape, so a run takes it from them: (B, H, Sq, D) from q.npy and Sk from k.npy. A
@@ -98,6 +99,9 @@ static void print_help(const fa_cli_spec *spec) {
         printf("  --dq MODE      deterministic | atomic | both (how dQ is accumulated, default both)\n");
     if (spec->has_dtype)
         printf("  --dtype T      fp32 | fp16 | bf16: the inputs' type (half: float32 accumulation; default fp32)\n");
+    if (spec->has_cpu_bf16)
+        printf("  --cpu-bf16 U   auto | amx | avx512 | emulated | fma: what step 4's bf16 CPU products run on (default\n"
+               "                 auto: AMX-BF16, else AVX512_BF16, else float32 FMAs; a unit this CPU lacks is refused)\n");
     printf("\nRun:\n");
     printf("  --impl WHICH   cpu | cuda | all                         (default all)\n");
     printf("  --threads N    OpenMP threads of the parallel CPU run   (default: all %d cores)\n", omp_get_num_procs());
@@ -233,6 +237,13 @@ void fa_parse_options(int argc, char **argv, const fa_cli_spec *spec, fa_options
             opt->compare_causal = 1;
             break;
         case OPT_DTYPE: parse_dtype(spec, optarg, opt); break;
+        case OPT_CPU_BF16:
+            if (!spec->has_cpu_bf16) fa_die("--cpu-bf16 applies to phase 5 only");
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "amx") != 0 && strcmp(optarg, "avx512") != 0 &&
+                strcmp(optarg, "emulated") != 0 && strcmp(optarg, "fma") != 0)
+                fa_die("--cpu-bf16 expects auto, amx, avx512, emulated or fma, got '%s'", optarg);
+            opt->cpu_bf16 = optarg;
+            break;
         case OPT_HELP: print_help(spec); exit(0);
         case ':': fa_die("%s needs a value (see --help)", argv[optind - 1]);
         default: fa_die("unknown option '%s' (see --help)", argv[optind - 1]);

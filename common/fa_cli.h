@@ -27,6 +27,7 @@ typedef struct {
     int has_baselines;            // accepts --no-baselines (phase 5: its rows beside the steps)
     const int *cuda_head_dims;    // head dims the CUDA kernels support, ending with 0; NULL = any
     int has_dtype;                // accepts --dtype fp32|fp16|bf16 (phase 5)
+    int has_cpu_bf16;             // accepts --cpu-bf16 UNIT (phase 5: what step 4's bf16 CPU products run on)
 } fa_cli_spec;
 
 typedef struct {
@@ -46,6 +47,7 @@ typedef struct {
     int argc;                     // the command line, kept for --save-dir's command.txt
     char **argv;
     int dtype;                    // FA_DTYPE_FP32 (default), FA_DTYPE_FP16 or FA_DTYPE_BF16 (fa_half.h)
+    const char *cpu_bf16;         // --cpu-bf16: auto (default), amx, avx512, emulated or fma
 } fa_options;
 
 // Parses argv. Prints --help and exits 0; prints one line and exits 2 on anything it cannot accept.

@@ -56,9 +56,10 @@ bf16_dot_unit bf16_dot_unit_for(int dtype) {
 
 void bf16_dot_force(bf16_dot_unit unit) {
     const bf16_dot_unit best = best_unit();
-    if (unit == BF16_DOT_AMX && best != BF16_DOT_AMX) fa_die("bf16_dot_force: this CPU (or build) has no AMX-BF16");
+    if (unit == BF16_DOT_AMX && best != BF16_DOT_AMX)
+        fa_die("--cpu-bf16 amx: this CPU has no AMX-BF16 (or Linux did not grant it, or this build cannot compile it)");
     if (unit == BF16_DOT_AVX512 && best == BF16_DOT_NONE)
-        fa_die("bf16_dot_force: this CPU (or build) has no AVX512_BF16");
+        fa_die("--cpu-bf16 avx512: this CPU has no AVX512_BF16 (or this build cannot compile it)");
     forced = (int)unit;
 }
 

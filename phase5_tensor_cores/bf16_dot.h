@@ -21,8 +21,8 @@ typedef enum { BF16_DOT_NONE, BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX }
 // the build must be able to compile for them too). The first call asks Linux for the AMX registers
 // (arch_prctl(ARCH_REQ_XCOMP_PERM)); call it once before any parallel region.
 bf16_dot_unit bf16_dot_unit_for(int dtype);
-// Tests only: the unit bf16_dot_unit_for() returns for bf16 from now on (BF16_DOT_EMULATED runs everywhere; a unit
-// this CPU lacks is refused with exit 2). The driver never calls it.
+// The unit bf16_dot_unit_for() returns for bf16 from now on: the driver's --cpu-bf16 and the tests (BF16_DOT_EMULATED
+// runs everywhere, BF16_DOT_NONE means the float32 passes; a unit this CPU lacks is refused with exit 2).
 void bf16_dot_force(bf16_dot_unit unit);
 // What the products run on, for the report: "every product on AMX-BF16 tiles (tdpbf16ps)", ... or "float32 FMAs ...".
 const char *bf16_dot_products(int dtype);

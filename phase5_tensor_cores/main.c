@@ -23,6 +23,7 @@
 //      build/bin/phase5_tensor_cores --dtype fp16 --step 4 --dq both --B 4 --H 16 --S 4096 --D 64 --check-heads 1
 //      build/bin/phase5_tensor_cores --impl cpu --step 5 --dq both --B 1 --H 8 --S 2048 --D 64 --threads 2
 #include "fa_driver.h"
+#include "bf16_dot.h"
 #include "fa_gpu.h"
 #include "fa_half.h"
 #include "fa_tensor.h"
@@ -34,6 +35,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const int CUDA_HEAD_DIMS[] = REGTILE_CUDA_HEAD_DIMS;
 
@@ -55,6 +57,7 @@ static const fa_cli_spec SPEC = {
     .has_dq_mode = 1,   // steps 4 and 5: --dq deterministic|atomic|both, as in phase 4
     .cuda_head_dims = CUDA_HEAD_DIMS,
     .has_dtype = 1,   // steps 2 and 3 compute in fp16 or bf16; the float32 rows run on the same rounded inputs
+    .has_cpu_bf16 = 1,   // --cpu-bf16: step 4's bf16 CPU products on AMX, AVX512_BF16, plain C or float32 FMAs
 };
 
 // What every row of the tables gets: the problem, the contiguous [B, H, S, D] tensors (host or device) and the
@@ -426,6 +429,15 @@ int main(int argc, char **argv) {
         fa_die("--step %d computes on tensor cores in half precision: add --dtype fp16 or --dtype bf16", opt.step);
     // Step 4 runs where the inputs are half and --step is 4 or all.
     const int backward = opt.dtype != FA_DTYPE_FP32 && (opt.step == 0 || opt.step == 4);
+    if (opt.cpu_bf16) {   // what step 4's bf16 CPU products run on (bf16_dot.h); the default picks the best
+        if (opt.dtype != FA_DTYPE_BF16 || !backward || !(opt.impl & FA_IMPL_CPU))
+            fa_die("--cpu-bf16 chooses the unit of step 4's bf16 CPU backward: it needs --dtype bf16, the CPU and "
+                   "--step 4 or all");
+        if (strcmp(opt.cpu_bf16, "amx") == 0) bf16_dot_force(BF16_DOT_AMX);
+        else if (strcmp(opt.cpu_bf16, "avx512") == 0) bf16_dot_force(BF16_DOT_AVX512);
+        else if (strcmp(opt.cpu_bf16, "emulated") == 0) bf16_dot_force(BF16_DOT_EMULATED);
+        else if (strcmp(opt.cpu_bf16, "fma") == 0) bf16_dot_force(BF16_DOT_NONE);
+    }
     // Step 5 runs where the inputs are float32 and --step is 5 or all, on the CPU.
     const int f32_backward = opt.dtype == FA_DTYPE_FP32 && (opt.step == 0 || opt.step == 5) && (opt.impl & FA_IMPL_CPU);
     if ((opt.impl & FA_IMPL_CUDA) && backward && !tc_cuda_supports_head_dim(opt.shape.D))
@@ -520,6 +532,7 @@ int main(int argc, char **argv) {
             const fa_grads no_device = {NULL, NULL, NULL};
             check_and_time_backward(&report, &opt, &ref, &rule, "step 4 bwd", run_backward_cpu, 0,
                                     flash_backward_tc_cpu_workspace_bytes(opt.shape.D, opt.block_m, opt.block_n),
+                                    flash_backward_tc_cpu_staged_bytes(&opt.shape, opt.dtype, opt.block_m, opt.block_n),
                                     opt.block_m, opt.block_n, t, host, no_device, 0.0);
         }
         if (f32_backward) check_and_time_f32_backward(&report, &opt, &ref, &in, host);
@@ -554,21 +567,21 @@ int main(int argc, char **argv) {
             float *delta_dev = fa_gpu_alloc(fa_numel_lse(&opt.shape), "Delta");
             const tc_backward_tensors t = contiguous_backward(&opt.shape, dev_half.q, dev_half.k, dev_half.v,
                                                               dev_half.dout, o_dev, lse_dev, delta_dev, device);
-            check_and_time_backward(&report, &opt, &ref, &rule, "step 4 bwd", run_backward_cuda, 1, 0,
+            check_and_time_backward(&report, &opt, &ref, &rule, "step 4 bwd", run_backward_cuda, 1, 0, 0,
                                     TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             // Step 4b: the same backward with the forward's instruction cuts (GPU only: step 4's CPU row is its twin).
-            check_and_time_backward(&report, &opt, &ref, &rule, "step 4b bwd", run_backward_lean_cuda, 1, 0,
+            check_and_time_backward(&report, &opt, &ref, &rule, "step 4b bwd", run_backward_lean_cuda, 1, 0, 0,
                                     TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             // Steps 4c and 4d change only the deterministic passes (with atomic dQ they are step 4b): det rows only.
             fa_options det_only = opt;
             det_only.dq_mode &= FA_DQ_DETERMINISTIC;
-            check_and_time_backward(&report, &det_only, &ref, &rule, "step 4c bwd", run_backward_held_cuda, 1, 0,
+            check_and_time_backward(&report, &det_only, &ref, &rule, "step 4c bwd", run_backward_held_cuda, 1, 0, 0,
                                     TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             check_and_time_backward(&report, &det_only, &ref, &rule, "step 4d bwd", run_backward_occupancy_cuda, 1,
-                                    0, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
+                                    0, 0, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N,
                                     t, host, device, dev.upload_ms + dev_half.upload_ms);
             fa_gpu_free(device.dq);
             fa_gpu_free(device.dk);

@@ -292,7 +292,8 @@ static void backward_cpu(fa_report *report, const fa_options *opt, const fa_refe
                           flash_backward_tc_cpu_products(opt->dtype));
     const fa_grads no_device = {NULL, NULL, NULL};
     check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cpu, 0,
-                            flash_backward_tc_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n), opt->block_m,
+                            flash_backward_tc_cpu_workspace_bytes(s->D, opt->block_m, opt->block_n),
+                            flash_backward_tc_cpu_staged_bytes(s, opt->dtype, opt->block_m, opt->block_n), opt->block_m,
                             opt->block_n, t, host, no_device, 0.0);
     free(o), free(lse), free(delta);
 }
@@ -317,9 +318,9 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
     fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                        fa_gpu_alloc(fa_numel_kv(s), "dV")};
     const tc_backward_tensors t = contiguous_backward(s, dev->q, dev->k, dev->v, dev->dout, o, lse, delta, device);
-    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cuda, 1, 0,
+    check_and_time_backward(report, opt, ref, rule, "p5 step 4 bwd", run_backward_tc_cuda, 1, 0, 0,
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
-    check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1, 0,
+    check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1, 0, 0,
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
     // Steps 6a to 6g add dQ in the order the TMA's adds arrive: they have atomic rows only.
     if (opt->dq_mode == FA_DQ_DETERMINISTIC) {
@@ -343,7 +344,7 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
              HOPPER_TWO_WARPGROUPS_BLOCK_N},
         };
         for (size_t r = 0; r < sizeof tma_rows / sizeof tma_rows[0]; r++)
-            check_and_time_backward(report, &atomic_only, ref, rule, tma_rows[r].label, tma_rows[r].run, 1, 0,
+            check_and_time_backward(report, &atomic_only, ref, rule, tma_rows[r].label, tma_rows[r].run, 1, 0, 0,
                                     tma_rows[r].block_m, tma_rows[r].block_n, t, host, device, dev->upload_ms);
     }
     fa_gpu_free(device.dq), fa_gpu_free(device.dk), fa_gpu_free(device.dv);

@@ -114,6 +114,17 @@ foreach(dtype fp16 bf16)
                     BINARY phase5_tensor_cores IMPL cpu
                     ARGS --step 4 --dtype ${dtype} --B 2 --H 2 --Sq 33 --Sk 20 --D 40 --block-m 17 --block-n 5 --causal)
 endforeach()
+# --cpu-bf16 emulated: the bf16 passes (bf16_dot.h's layouts, each block in plain C) through the driver on any CPU,
+# odd shapes and odd tiles; --cpu-bf16 fma: the float32 passes, which a CPU with bf16 units would not pick itself.
+foreach(unit emulated fma)
+  fa_add_check_test(NAME phase5_cpu_bf16_backward_${unit}_B2_H2_Sq33_Sk20_D40_tile17x5_causal LABEL phase5
+                    BINARY phase5_tensor_cores IMPL cpu
+                    ARGS --step 4 --dtype bf16 --cpu-bf16 ${unit} --B 2 --H 2 --Sq 33 --Sk 20 --D 40 --block-m 17
+                         --block-n 5 --causal)
+  fa_add_check_test(NAME phase5_cpu_bf16_backward_${unit}_B1_H2_Sq130_Sk100_D64 LABEL phase5
+                    BINARY phase5_tensor_cores IMPL cpu
+                    ARGS --step 4 --dq both --dtype bf16 --cpu-bf16 ${unit} --B 1 --H 2 --Sq 130 --Sk 100 --D 64)
+endforeach()
 # The benchmark shapes run step 4 too: the GPU tests of every step at B=4 H=16 S=4096 above.
 # The rule for gradients passes the CPU twin (or the GPU kernels) and fails a planted element and a backward fed a
 # log-sum-exp 0.02 off; the deterministic dQ gives the same bits on every run (test_phase5_backward.c).
@@ -142,6 +153,13 @@ fa_add_bad_input_test(NAME phase5_bad_step4_fp32 LABEL phase5 BINARY phase5_tens
 fa_add_bad_input_test(NAME phase5_bad_step4_D32_cuda LABEL phase5 BINARY phase5_tensor_cores
                       ARGS --impl cuda --dtype fp16 --step 4 --D 32)
 fa_add_bad_input_test(NAME phase5_bad_dq_mode LABEL phase5 BINARY phase5_tensor_cores ARGS --dtype fp16 --step 4 --dq some)
+fa_add_bad_input_test(NAME phase5_bad_cpu_bf16_unit LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --dtype bf16 --step 4 --cpu-bf16 tensor)
+fa_add_bad_input_test(NAME phase5_bad_cpu_bf16_fp16 LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --dtype fp16 --step 4 --cpu-bf16 emulated)
+fa_add_bad_input_test(NAME phase5_bad_cpu_bf16_forward LABEL phase5 BINARY phase5_tensor_cores
+                      ARGS --dtype bf16 --step 3 --cpu-bf16 emulated)
+fa_add_bad_input_test(NAME phase5_bad_cpu_bf16_phase4 LABEL phase5 BINARY phase4_backward ARGS --cpu-bf16 amx)
 fa_add_bad_input_test(NAME phase5_bad_dq_forward_step LABEL phase5 BINARY phase5_tensor_cores
                       ARGS --dtype fp16 --step 3 --dq atomic)
 

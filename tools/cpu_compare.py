@@ -3,7 +3,8 @@
 
 Forward: phase 5 step 1 (float32 register tiles) against torch.nn.functional.scaled_dot_product_attention on CPU
 tensors (PyTorch picks its fused flash kernel there). Backward: phase 5 step 5 (float32, register tiles) against
-PyTorch's float32 backward; phase 5 step 4 with bf16 inputs against PyTorch's bf16 backward. (--no-baselines: the
+PyTorch's float32 backward; phase 5 step 4 with bf16 inputs against PyTorch's bf16 backward, on the unit the driver
+picks (AMX-BF16, AVX512_BF16 or float32 FMAs; --bf16-units: on each the CPU has, a row each). (--no-baselines: the
 phase 5 driver's baselines, phase 3 and naive attention with BLAS, are left out; the class tables have them.) PyTorch's backward is timed alone: o.backward(dO) on a kept graph.
 
 The machine is shared and noisy, so every configuration is run as interleaved series (suite, PyTorch, suite,
@@ -40,13 +41,20 @@ def flops_forward(B, H, S, D, causal):
     return f / 2 if causal else f
 
 
-def run_suite(binary, args, threads):
-    """Runs one phase binary with --csv; returns {label: median_ms} of its rows at `threads` threads."""
+# The units of step 4's bf16 CPU backward that --bf16-units times (phase5_tensor_cores --cpu-bf16).
+BF16_UNITS = ["amx", "avx512", "fma"]
+
+
+def run_suite(binary, args, threads, refusal_ok=False):
+    """Runs one phase binary with --csv; returns {label: median_ms} of its rows at `threads` threads (None when
+    refusal_ok and the binary refused the command: a --cpu-bf16 unit this CPU lacks)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "rows.csv")
         cmd = [binary, "--impl", "cpu", "--threads", str(threads), "--threads-only", "--no-baselines", "--warmup", "0",
                "--iters", "3", "--check-heads", "1", "--csv", path] + args
         proc = subprocess.run(cmd, capture_output=True, text=True)
+        if refusal_ok and proc.returncode == 2:
+            return None, proc.returncode, proc.stderr.strip(), []
         if proc.returncode not in (0, 1):
             sys.exit(f"cpu_compare.py: {' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
         rows = {}
@@ -144,6 +152,9 @@ def main():
     ap.add_argument("--backward-tiles", metavar="MxN", default="96x192",
                     help="BLOCK_M x BLOCK_N of the suite's backward rows (default 96x192, where step 5 is fastest on "
                          "the AMD EPYC of docs/05; the phase 5 driver's own default is 128x64)")
+    ap.add_argument("--bf16-units", action="store_true",
+                    help="time step 4's bf16 backward on each of the CPU's units (--cpu-bf16 amx, avx512, fma) "
+                         "that it has, a row each")
     ap.add_argument("--table", metavar="LOG", help="print LOG's machine lines and its table, and nothing else")
     a = ap.parse_args()
     if a.table:
@@ -215,18 +226,27 @@ def main():
         causal = False
         flops = 2.5 * flops_forward(B, H, S, D, causal)
         for dtype_name, step in (("fp32", "5"), ("bf16", "4")):
-            suite_ms, torch_ms = {}, []
+            suite_ms, torch_ms, products_seen = {}, [], []
             args = ["--step", step, "--dq", "deterministic", "--B", str(B), "--H", str(H), "--S", str(S), "--D",
                     str(D)] + (["--dtype", "bf16"] if dtype_name == "bf16" else []) + tile_args
+            # --bf16-units: step 4 once per unit the CPU has, each a row of its own ("... bf16 amx").
+            units = BF16_UNITS if a.bf16_units and dtype_name == "bf16" else [None]
             for s in range(series):
-                rows, rc, cmd, products = run_suite(phase5, args, a.threads)
-                failed |= rc != 0
-                for label, (ms, ok, simd) in rows.items():
-                    suite_ms.setdefault(label, []).append(ms)
+                for unit in list(units):
+                    rows, rc, cmd, products = run_suite(phase5, args + (["--cpu-bf16", unit] if unit else []),
+                                                        a.threads, refusal_ok=unit is not None)
+                    if rows is None:   # this CPU lacks the unit: no row for it
+                        say(f"backward bf16 --cpu-bf16 {unit}: refused ({cmd})")
+                        units.remove(unit)
+                        continue
+                    failed |= rc != 0
+                    products_seen += [line for line in products if line not in products_seen]
+                    for label, (ms, ok, simd) in rows.items():
+                        suite_ms.setdefault(label + (f" {unit}" if unit else ""), []).append(ms)
                 torch_ms.append(torch_backward_ms(torch, B, H, S, D, causal,
                                                   torch.bfloat16 if dtype_name == "bf16" else torch.float32))
             say(f"backward {dtype_name} {B},{H},{S},{D} causal=0: {cmd}")
-            for line in products:
+            for line in products_seen:
                 say(f"  {line}")
             for label, values in suite_ms.items():
                 say(f"  {label:28s} ms per series: " + " ".join(f"{v:.2f}" for v in values))
