@@ -148,7 +148,8 @@ int fa_simd_vector_floats(void) {
 #endif
 }
 
-// The vector extensions this CPU offers, from the flags line of /proc/cpuinfo: the ones that set the float32 width.
+// The vector extensions this CPU offers, from the flags line of /proc/cpuinfo: the ones that set the float32 width,
+// and the bf16 units phase 5's bf16 backward can run on.
 const char *fa_cpu_simd_offered(void) {
     static char offered[96] = "";
     if (offered[0]) return offered;
@@ -159,7 +160,7 @@ const char *fa_cpu_simd_offered(void) {
     snprintf(padded, sizeof padded, " %s ", flags);
     static const char *const names[][2] = {{"sse2", "SSE2"}, {"avx2", "AVX2"}, {"fma", "FMA"},
                                            {"avx512f", "AVX-512F"}, {"avx512_bf16", "AVX512_BF16"},
-                                           {"asimd", "NEON"}, {"sve", "SVE"}};
+                                           {"amx_bf16", "AMX-BF16"}, {"asimd", "NEON"}, {"sve", "SVE"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char word[16];
         snprintf(word, sizeof word, " %s ", names[i][0]);

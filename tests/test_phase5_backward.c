@@ -160,6 +160,7 @@ static void test_bf16_blocks(void) {
     fa_fill_random(start, BF16_DOT_BLOCK * OUT_PAD, 12345, 2, 8.0f);
     const bf16_dot_unit best = bf16_dot_unit_for(FA_DTYPE_BF16);
     const bf16_dot_unit units[3] = {BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX};
+    const char *names[3] = {"emulated", "AVX512_BF16", "AMX-BF16"};
     for (int u = 0; u < 3; u++) {
         if (u == 1 && best == BF16_DOT_NONE) continue;
         if (u == 2 && best != BF16_DOT_AMX) continue;
@@ -182,10 +183,10 @@ static void test_bf16_blocks(void) {
                     worst = err > worst ? err : worst;
                 }
             for (int c = BF16_DOT_BLOCK; c < OUT_PAD; c++)
-                EXPECT_MSG(out[c] == start[c], "bf16 block %d: wrote past its 32 columns", units[u]);
-            printf("  bf16 block, unit %d, accumulate %d: worst error %.3f of the float32 bound\n", units[u], accumulate,
+                EXPECT_MSG(out[c] == start[c], "bf16 block on %s: wrote past its 32 columns", names[u]);
+            printf("  bf16 block on %s, accumulate %d: worst error %.3f of the float32 bound\n", names[u], accumulate,
                    worst);
-            EXPECT_MSG(worst <= 1.0, "bf16 block, unit %d: error %.3f of the bound", units[u], worst);
+            EXPECT_MSG(worst <= 1.0, "bf16 block on %s: error %.3f of the bound", names[u], worst);
         }
     }
 }
