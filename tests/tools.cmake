@@ -1,5 +1,14 @@
 # tools/: the benchmark sweep, the plots, and the PyTorch comparison's .npy check (label tools).
 # tests/check_tools.py does the work; it exits 77 (skipped) where NumPy or matplotlib is missing.
+
+# fma_peak: a table with the float32 ymm row measured on one thread (a positive GFLOP/s); an unknown argument and a
+# log it cannot write are refused with one line.
+add_test(NAME tools_fma_peak COMMAND fma_peak)
+set_tests_properties(tools_fma_peak PROPERTIES LABELS "tools;cpu"
+                     PASS_REGULAR_EXPRESSION "ymm \\(256-bit\\) +1 +[1-9][0-9]*\\.[0-9]")
+fa_add_bad_input_test(NAME tools_fma_peak_bad_argument LABEL tools BINARY fma_peak ARGS --registers)
+fa_add_bad_input_test(NAME tools_fma_peak_bad_log LABEL tools BINARY fma_peak ARGS --log /nonexistent/dir/peak.log)
+
 if(NOT Python3_Interpreter_FOUND)
   return()
 endif()

@@ -105,7 +105,7 @@ def fma_peak(build):
     peaks = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if len(parts) >= 5 and parts[0] in ("ymm", "zmm") and parts[2].isdigit():
+        if len(parts) >= 5 and parts[0] in ("ymm", "zmm", "vdpbf16ps", "tdpbf16ps") and parts[2].isdigit():
             peaks[(parts[0], int(parts[2]))] = (float(parts[3]), float(parts[5]))
     return proc.stdout, peaks
 
@@ -259,10 +259,18 @@ def main():
     for line in peak_after.splitlines():
         say("  " + line)
     width = "zmm" if ("zmm", a.threads) in peaks else "ymm"
-    wall_peak = statistics.mean([p[(width, a.threads)][0] for p in (peaks, peaks_after) if (width, a.threads) in p])
+
+    def mean_peak(kind):   # fma_peak's wall-clock figure for `kind` on a.threads threads, before and after
+        values = [p[(kind, a.threads)][0] for p in (peaks, peaks_after) if (kind, a.threads) in p]
+        return statistics.mean(values) if values else None
+
+    wall_peak = mean_peak(width)
+    # The bf16 rows of --bf16-units against the peak of the unit they ran on; the others have none.
+    unit_peaks = {"amx": mean_peak("tdpbf16ps"), "avx512": mean_peak("vdpbf16ps"), "fma": wall_peak}
     say(f"suite hot loops: {simd}; % of peak against fma_peak's {width} wall-clock figure on {a.threads} threads, "
-        f"mean of before and after: {wall_peak:.1f} GFLOP/s; none for bf16 rows, whose products may run on the CPU's "
-        f"bf16 units (AMX, AVX512_BF16), which fma_peak does not measure")
+        f"mean of before and after: {wall_peak:.1f} GFLOP/s; bf16 rows: --bf16-units rows against the peak of their "
+        f"unit (" + ", ".join(f"{u} {v:.1f}" for u, v in unit_peaks.items() if v) + " GFLOP/s), the others none "
+        f"(their products may run on bf16 units)")
     say()
     say("| kind | B,H,S,D | causal | row | median ms | GFLOP/s | vs PyTorch | % of peak |")
     say("|---|---|---|---|---|---|---|---|")
@@ -272,7 +280,9 @@ def main():
                          "bf16" if "bf16" in label else "fp32"))]
         ratio = f"{torch_row[0][4] / ms:.2f}x" if torch_row and not label.startswith("PyTorch") else ""
         gflops = flops / (ms * 1e6)
-        peak = "" if "bf16" in label else f"{100 * gflops / wall_peak:.0f}%"
+        unit = label.rsplit(" ", 1)[-1] if "bf16" in label else None
+        ceiling = unit_peaks.get(unit) if unit else wall_peak
+        peak = f"{100 * gflops / ceiling:.0f}%" if ceiling else ""
         say(f"| {kind} | {','.join(map(str, shape))} | {'yes' if causal else 'no'} | {label} | {ms:.2f} | "
             f"{gflops:.1f} | {ratio} | {peak} |")
     if a.log:
