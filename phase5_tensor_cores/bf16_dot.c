@@ -5,6 +5,7 @@
 #include "fa_half.h"     // FA_DTYPE_BF16
 #include "fa_tensor.h"   // fa_die
 
+#include <stdlib.h>
 #include <string.h>
 
 // The instructions, where the compiler has them (GCC 11, Clang 12 on): built always, run where the CPU has them.
@@ -221,25 +222,46 @@ void bf16_dot_block(bf16_dot_unit unit, const uint16_t *a, int64_t a_pad, const 
     }
 }
 
-// Where value (r, d) of a tile goes in each order (bf16_dot.h draws them).
-static inline int64_t tile_index(bf16_tile_order order, int64_t r, int64_t d, int64_t padded, int64_t D_pad) {
-    switch (order) {
-    case BF16_TILE_ROWS: return r * D_pad + d;
-    case BF16_TILE_PAIRS_ALONG_D: return ((d / 2) * padded + r) * 2 + d % 2;
-    default: return ((r / 2) * D_pad + d) * 2 + r % 2;   // BF16_TILE_PAIRS_ALONG_ROWS
-    }
+// Row r of the tile as D_pad contiguous values: the tensor's row (zeros past D), or zeros for padding rows and rows past
+// S. The staging below reads every tile through it.
+static void tile_row(const uint16_t *x, fa_strides strides, int64_t row, int inside, int64_t D, int64_t D_pad,
+                     uint16_t *to) {
+    for (int64_t d = 0; d < D_pad; d++) to[d] = 0;
+    if (!inside) return;
+    const uint16_t *from = x + row * strides.s;
+    if (strides.d == 1) memcpy(to, from, (size_t)D * sizeof(uint16_t));
+    else
+        for (int64_t d = 0; d < D; d++) to[d] = from[d * strides.d];
 }
 
+// One loop per order, each reading whole rows, two at a time (bf16_dot.h draws the three orders). Staging runs once per
+// pass but over every head, and a loop that fetched each value through the strides and tested the order for it was
+// several times slower.
 void bf16_dot_stage_tiles(const uint16_t *x, fa_strides strides, int64_t S, int64_t D, int block, int64_t padded,
                           int64_t D_pad, bf16_tile_order order, uint16_t *out) {
     const int64_t n_tiles = (S + block - 1) / block;
+    uint16_t *rows2 = malloc(2 * (size_t)D_pad * sizeof(uint16_t));   // two rows of the tile, contiguous
+    if (!rows2) fa_die("out of memory staging a bf16 tile");
+    uint16_t *even = rows2, *odd = rows2 + D_pad;
     for (int64_t t = 0; t < n_tiles; t++) {
         uint16_t *tile = out + t * padded * D_pad;
-        for (int64_t r = 0; r < padded; r++) {
-            const int64_t row = t * block + r;
-            const int inside = r < block && row < S;   // the padding, and rows past S, are zeros
-            for (int64_t d = 0; d < D_pad; d++)
-                tile[tile_index(order, r, d, padded, D_pad)] = inside && d < D ? x[row * strides.s + d * strides.d] : 0;
+        const int64_t first = t * block, rows = S - first < block ? S - first : block;   // rows that exist
+        for (int64_t r = 0; r < padded; r += 2) {   // padded is even (a multiple of BF16_DOT_BLOCK)
+            tile_row(x, strides, first + r, r < rows, D, D_pad, even);
+            tile_row(x, strides, first + r + 1, r + 1 < rows, D, D_pad, odd);
+            if (order == BF16_TILE_ROWS) {   // [padded][D_pad]
+                memcpy(tile + r * D_pad, even, (size_t)D_pad * sizeof(uint16_t));
+                memcpy(tile + (r + 1) * D_pad, odd, (size_t)D_pad * sizeof(uint16_t));
+            } else if (order == BF16_TILE_PAIRS_ALONG_ROWS) {   // [padded / 2][D_pad][2]: rows r, r + 1 interleaved
+                uint16_t *pairs = tile + r * D_pad;
+                for (int64_t d = 0; d < D_pad; d++) pairs[2 * d] = even[d], pairs[2 * d + 1] = odd[d];
+            } else {   // BF16_TILE_PAIRS_ALONG_D, [D_pad / 2][padded][2]: each row's pairs (d, d + 1) down its column
+                for (int64_t p = 0; p < D_pad / 2; p++) {
+                    uint16_t *at = tile + (p * padded + r) * 2;
+                    at[0] = even[2 * p], at[1] = even[2 * p + 1], at[2] = odd[2 * p], at[3] = odd[2 * p + 1];
+                }
+            }
         }
     }
+    free(rows2);
 }
