@@ -72,6 +72,7 @@ const char *bf16_dot_products(int dtype) {
     case BF16_DOT_NONE: break;
     }
     if (dtype != FA_DTYPE_BF16) return "float32 FMAs";
+    if (forced == BF16_DOT_NONE && best_unit() != BF16_DOT_NONE) return "float32 FMAs (--cpu-bf16 fma)";
     return HAVE_BF16_UNITS ? "float32 FMAs (this CPU has neither AMX-BF16 nor AVX512_BF16)"
                            : "float32 FMAs (this build cannot compile for AMX-BF16 or AVX512_BF16)";
 }
