@@ -4,51 +4,23 @@
 
 #include "fa_half.h"     // FA_DTYPE_BF16
 #include "fa_tensor.h"   // fa_die
+#include "fa_cpu_units.h"   // which units this CPU has; AMX asked of Linux and configured
 
 #include <stdlib.h>
 #include <string.h>
 
-// The instructions, where the compiler has them (GCC 11, Clang 12 on): built always, run where the CPU has them.
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
-#include <cpuid.h>
+// The instructions, where the compiler has them (FA_CPU_UNITS, common/fa_cpu_units.h): built always, run where the
+// CPU has them.
+#if FA_CPU_UNITS
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define HAVE_BF16_UNITS 1
-#else
-#define HAVE_BF16_UNITS 0
 #endif
 
 static int forced = -1;   // bf16_dot_force()'s unit, or -1: the best this CPU has
 
-#if HAVE_BF16_UNITS
-// AMX's tile registers are large (8 x 1 KiB) and Linux hands them to a process only when it asks, once.
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static int cpu_has_amx_bf16(void) {
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
-    const unsigned amx_bf16 = 1u << 22, amx_tile = 1u << 24;   // CPUID.(7, 0):EDX
-    return (edx & amx_bf16) && (edx & amx_tile);
-}
-
 static bf16_dot_unit best_unit(void) {
-    static int best = -1;   // asked once: the first call comes before any parallel region (bf16_dot.h)
-    if (best < 0) {
-        __builtin_cpu_init();
-        if (cpu_has_amx_bf16() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0)
-            best = BF16_DOT_AMX;
-        else if (__builtin_cpu_supports("avx512bf16"))
-            best = BF16_DOT_AVX512;
-        else
-            best = BF16_DOT_NONE;
-    }
-    return (bf16_dot_unit)best;
+    if (fa_cpu_amx_granted()) return BF16_DOT_AMX;   // asks Linux for AMX's registers, once
+    return fa_cpu_has_avx512_bf16() ? BF16_DOT_AVX512 : BF16_DOT_NONE;
 }
-#else
-static bf16_dot_unit best_unit(void) { return BF16_DOT_NONE; }
-#endif
 
 bf16_dot_unit bf16_dot_unit_for(int dtype) {
     if (dtype != FA_DTYPE_BF16) return BF16_DOT_NONE;
@@ -73,7 +45,7 @@ const char *bf16_dot_products(int dtype) {
     }
     if (dtype != FA_DTYPE_BF16) return "float32 FMAs";
     if (forced == BF16_DOT_NONE && best_unit() != BF16_DOT_NONE) return "float32 FMAs (--cpu-bf16 fma)";
-    return HAVE_BF16_UNITS ? "float32 FMAs (this CPU has neither AMX-BF16 nor AVX512_BF16)"
+    return FA_CPU_UNITS ? "float32 FMAs (this CPU has neither AMX-BF16 nor AVX512_BF16)"
                            : "float32 FMAs (this build cannot compile for AMX-BF16 or AVX512_BF16)";
 }
 
@@ -100,7 +72,7 @@ static void emulated_block(const uint16_t *a, int64_t a_pad, const uint16_t *b_p
         }
 }
 
-#if HAVE_BF16_UNITS
+#if FA_CPU_UNITS
 // AVX512_BF16: 8 rows x 32 columns at a time, 16 zmm sums, each of which waits only for its own previous vdpbf16ps
 // (several cycles) while the core could start one or two a cycle; four such make the block. Per pair k, k + 1: two
 // 64-byte loads of b (columns 0-15 and 16-31) and, for each row, a broadcast of a's pair and two vdpbf16ps:
@@ -137,7 +109,8 @@ __attribute__((target("avx512bf16,avx512f"))) static void avx512_rows(const uint
     }
 }
 
-// AMX: eight tile registers, each up to 16 rows of 64 bytes, configured once per thread (bf16_dot_thread_begin):
+// AMX: eight tile registers, each up to 16 rows of 64 bytes, configured once per thread (bf16_dot_thread_begin,
+// common/fa_cpu_units.c):
 //
 //   tmm0 tmm1    the block's sums, float32: rows 0-15 x columns 0-15 | 0-15 x 16-31
 //   tmm2 tmm3                               rows 16-31 x columns 0-15 | 16-31 x 16-31
@@ -147,21 +120,6 @@ __attribute__((target("avx512bf16,avx512f"))) static void avx512_rows(const uint
 // tdpbf16ps C, A, B: C[m][c] += sum over pairs p of A[m][2p] * B[p][c].lo + A[m][2p + 1] * B[p][c].hi, a 16 x 16
 // float32 tile plus a 16 x 32 times 32 x 16 bf16 product (16 x 16 x 32 multiply-adds), in one instruction. Per 32
 // values of k: four tile loads and four tdpbf16ps.
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t rows[16];
-} amx_tile_shapes;   // the 64 bytes ldtilecfg reads
-
-// Every tile 16 rows of 64 bytes. A constant object: the intrinsic tells the compiler that ldtilecfg reads 8 bytes
-// only, so stores into a local struct beyond them may be dropped as dead, and ldtilecfg would fault.
-static const amx_tile_shapes EIGHT_FULL_TILES __attribute__((aligned(64))) = {
-    .palette = 1, .bytes_per_row = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
-
-__attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&EIGHT_FULL_TILES); }
-
-__attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
-
 __attribute__((target("amx-tile,amx-bf16"))) static void amx_block(const uint16_t *a, int64_t a_pad,
                                                                    const uint16_t *b_pairs, int64_t b_pad, int64_t n,
                                                                    float *out, int64_t out_pad, int accumulate) {
@@ -195,23 +153,17 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_block(const uint16_
 #endif
 
 void bf16_dot_thread_begin(bf16_dot_unit unit) {
-#if HAVE_BF16_UNITS
-    if (unit == BF16_DOT_AMX) amx_begin();
-#endif
-    (void)unit;
+    if (unit == BF16_DOT_AMX) fa_amx_thread_begin();
 }
 
 void bf16_dot_thread_end(bf16_dot_unit unit) {
-#if HAVE_BF16_UNITS
-    if (unit == BF16_DOT_AMX) amx_end();
-#endif
-    (void)unit;
+    if (unit == BF16_DOT_AMX) fa_amx_thread_end();
 }
 
 void bf16_dot_block(bf16_dot_unit unit, const uint16_t *a, int64_t a_pad, const uint16_t *b_pairs, int64_t b_pad,
                     int64_t n, float *out, int64_t out_pad, int accumulate) {
     switch (unit) {
-#if HAVE_BF16_UNITS
+#if FA_CPU_UNITS
     case BF16_DOT_AMX: amx_block(a, a_pad, b_pairs, b_pad, n, out, out_pad, accumulate); return;
     case BF16_DOT_AVX512:
         for (int r0 = 0; r0 < BF16_DOT_BLOCK; r0 += 8)

@@ -17,8 +17,7 @@
 //       build/bin/fma_peak --log FILE           (also writes it to FILE, with the machine and the command)
 // The widths are chosen at run time (__builtin_cpu_supports): one binary, any x86-64 CPU.
 #include "fa_report.h"   // fa_cpu_model, fa_cpu_simd_offered
-#include "bf16_dot.h"    // which bf16 units this CPU has (and AMX's registers, asked of Linux and configured)
-#include "fa_half.h"     // FA_DTYPE_BF16
+#include "fa_cpu_units.h"   // which bf16 units this CPU has; AMX's registers asked of Linux and configured
 
 #include <omp.h>
 #include <stdio.h>
@@ -77,6 +76,7 @@ __attribute__((target("avx512f"))) static float fma_chains_zmm(long steps, float
     return _mm512_reduce_add_ps(sum);
 }
 
+#if FA_CPU_UNITS
 // ACC chains of acc += a0 * b0 + a1 * b1 (vdpbf16ps: 16 lanes, a pair of bf16 products each); every a and b is
 // 2^-10, so the sums grow by 2^-19 a step and stay far from overflow.
 __attribute__((target("avx512bf16,avx512f"))) static float dpbf16_chains_zmm(long steps, float seed) {
@@ -91,7 +91,7 @@ __attribute__((target("avx512bf16,avx512f"))) static float dpbf16_chains_zmm(lon
 }
 
 // Four independent 16 x 16 float32 tiles, each += a 16 x 32 bf16 tile times a 32 x 16 one per step (the tile shapes
-// bf16_dot_thread_begin() configures; tiles 4-7 hold 2^-10 everywhere).
+// fa_amx_thread_begin() configures; tiles 4-7 hold 2^-10 everywhere).
 __attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long steps) {
     static const uint16_t small[512] = {[0 ... 511] = 0x3A80};   // one tile: 16 rows x 64 bytes
     float out[256];
@@ -112,6 +112,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long steps)
     _tile_stored(0, out, 64);
     return out[0];
 }
+#endif
 #endif
 
 static double thread_cpu_seconds(void) {
@@ -148,11 +149,13 @@ static void measure(int kind, int threads, double *wall, double *per_cpu_second)
             const float seed = (float)omp_get_thread_num();
             if (kind == YMM) sink += fma_chains_ymm(STEPS, seed);
             if (kind == ZMM) sink += fma_chains_zmm(STEPS, seed);
+#endif
+#if FA_CPU_UNITS
             if (kind == DPBF16_ZMM) sink += dpbf16_chains_zmm(STEPS, seed);
             if (kind == AMX_TILES) {
-                bf16_dot_thread_begin(BF16_DOT_AMX);   // each thread loads the tile shapes
+                fa_amx_thread_begin();   // each thread loads the tile shapes
                 sink += amx_chains(AMX_STEPS);
-                bf16_dot_thread_end(BF16_DOT_AMX);
+                fa_amx_thread_end();
             }
 #endif
             cpu += thread_cpu_seconds() - cpu_start;
@@ -186,8 +189,8 @@ int main(int argc, char **argv) {
     __builtin_cpu_init();
     const int have_ymm = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const int have_zmm = __builtin_cpu_supports("avx512f");
-    const int have_dpbf16 = __builtin_cpu_supports("avx512bf16");
-    const int have_amx = bf16_dot_unit_for(FA_DTYPE_BF16) == BF16_DOT_AMX;   // asks Linux for AMX's registers
+    const int have_dpbf16 = FA_CPU_UNITS && fa_cpu_has_avx512_bf16();
+    const int have_amx = FA_CPU_UNITS && fa_cpu_amx_granted();   // asks Linux for AMX's registers
 #else
     const int have_ymm = 0, have_zmm = 0, have_dpbf16 = 0, have_amx = 0;
 #endif
