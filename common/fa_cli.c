@@ -100,8 +100,9 @@ static void print_help(const fa_cli_spec *spec) {
     if (spec->has_dtype)
         printf("  --dtype T      fp32 | fp16 | bf16: the inputs' type (half: float32 accumulation; default fp32)\n");
     if (spec->has_cpu_bf16)
-        printf("  --cpu-bf16 U   auto | amx | avx512 | emulated | fma: what step 4's bf16 CPU products run on (default\n"
-               "                 auto: AMX-BF16, else AVX512_BF16, else float32 FMAs; a unit this CPU lacks is refused)\n");
+        printf("  --cpu-bf16 U   auto | amx | avx512 | emulated | fma: what step 4's bf16 CPU products\n"
+               "                 run on (default auto: AMX-BF16, else AVX512_BF16, else float32 FMAs;\n"
+               "                 a unit this CPU lacks is refused)\n");
     printf("\nRun:\n");
     printf("  --impl WHICH   cpu | cuda | all                         (default all)\n");
     printf("  --threads N    OpenMP threads of the parallel CPU run   (default: all %d cores)\n", omp_get_num_procs());

@@ -28,8 +28,8 @@
 // vectors and broadcasts 4 values for 8 multiply-adds; 6 x 16, the classic AVX2 SGEMM block (step 5's), loads 2 and
 // broadcasts 6 for 12, and leaves 3 registers for the loads and the broadcast. In 512-bit registers 6 x 16 would be
 // only 6 sums: the AVX-512 block is 8 x 32, per step 2 vectors loaded and 8 values broadcast for 16 multiply-adds,
-// 16 independent sums that cover the FMA's latency with room to spare. Which products each sum adds, and in what order, does not depend on the block:
-// the gradients are the same bits at either size.
+// 16 independent sums that cover the FMA's latency with room to spare. Which products each sum adds, and in what
+// order, does not depend on the block: the gradients are the same bits at either size.
 // Tiles are padded with zeros to a multiple of MAX_VEC columns and of AVX2_ROWS rows (pad_rows()): a whole block of
 // either size fits past the last row of a tile.
 #define MAX_ROWS 8

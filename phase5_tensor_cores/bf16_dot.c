@@ -175,8 +175,8 @@ void bf16_dot_block(bf16_dot_unit unit, const uint16_t *a, int64_t a_pad, const 
     }
 }
 
-// Row r of the tile as D_pad contiguous values: the tensor's row (zeros past D), or zeros for padding rows and rows past
-// S. The staging below reads every tile through it.
+// Row r of the tile as D_pad contiguous values: the tensor's row (zeros past D), or zeros for padding rows and for
+// rows past S. The staging below reads every tile through it.
 static void tile_row(const uint16_t *x, fa_strides strides, int64_t row, int inside, int64_t D, int64_t D_pad,
                      uint16_t *to) {
     for (int64_t d = 0; d < D_pad; d++) to[d] = 0;

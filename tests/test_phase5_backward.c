@@ -4,10 +4,11 @@
 // Usage: test_phase5_backward cpu|cuda
 //   cpu:  each bf16 unit this CPU has computes bf16_dot.h's 32 x 32 block (against sums in double); then for fp16
 //         and bf16 (bf16 on the float32 passes and on the bf16 passes with every unit this CPU has, emulated in C on
-//         any), causal and not, Sq=130 Sk=100 (ragged tiles), D = 64 and 128: the CPU twin passes the
-//         rule (common/fa_driver.c, fa_make_half_backward_rule) in both dQ variants and at odd tiles; the deterministic variant gives
-//         the same bits with 1 and 2 threads; one element moved just past the rule fails it; and a backward fed a
-//         log-sum-exp off by 0.02 (P off by 2%) fails it, so the rule is no wider than the arithmetic needs.
+//         any), causal and not, Sq=130 Sk=100 (ragged tiles), D = 64 and 128: the CPU twin passes the rule
+//         (common/fa_driver.c, fa_make_half_backward_rule) in both dQ variants and at odd tiles; the deterministic
+//         variant gives the same bits with 1 and 2 threads; one element moved just past the rule fails it; and a
+//         backward fed a log-sum-exp off by 0.02 (P off by 2%) fails it, so the rule is no wider than the arithmetic
+//         needs.
 //   cuda: the same problems on the GPU, for step 4 and step 4b (flash_backward_lean_cuda, the same backward with fewer
 //         instructions): both variants pass the rule, two deterministic runs give the same bits. Steps 4c and 4d
 //         (flash_backward_held_cuda, flash_backward_occupancy_cuda) change only where operands live and how many

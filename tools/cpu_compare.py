@@ -5,7 +5,8 @@ Forward: phase 5 step 1 (float32 register tiles) against torch.nn.functional.sca
 tensors (PyTorch picks its fused flash kernel there). Backward: phase 5 step 5 (float32, register tiles) against
 PyTorch's float32 backward; phase 5 step 4 with bf16 inputs against PyTorch's bf16 backward, on the unit the driver
 picks (AMX-BF16, AVX512_BF16 or float32 FMAs; --bf16-units: on each the CPU has, a row each). (--no-baselines: the
-phase 5 driver's baselines, phase 3 and naive attention with BLAS, are left out; the class tables have them.) PyTorch's backward is timed alone: o.backward(dO) on a kept graph.
+phase 5 driver's baselines, phase 3 and naive attention with BLAS, are left out; the class tables have them.)
+PyTorch's backward is timed alone: o.backward(dO) on a kept graph.
 
 The machine is shared and noisy, so every configuration is run as interleaved series (suite, PyTorch, suite,
 PyTorch, ...) and the table takes the median of the series' medians; tools/fma_peak runs before and after, and the
