@@ -40,8 +40,8 @@ int64_t flash_backward_tc_cpu_staged_bytes(const fa_shape *shape, int dtype, int
     // Each pass stages tensors of its tiles: four of Q's shape and two of K's (dK/dV pass, a third for the atomic
     // dQ), two of Q's and three of K's (dQ pass); the larger set, for the atomic variant, is the bound.
     const int64_t D_pad = round_up(shape->D, BF16_DOT_BLOCK), BH = shape->B * shape->H;
-    const int64_t q_values = BH * (shape->Sq + block_m - 1) / block_m * round_up(block_m, BF16_DOT_BLOCK) * D_pad;
-    const int64_t k_values = BH * (shape->Sk + block_n - 1) / block_n * round_up(block_n, BF16_DOT_BLOCK) * D_pad;
+    const int64_t q_values = BH * bf16_staged_head_values(shape->Sq, block_m, D_pad);
+    const int64_t k_values = BH * bf16_staged_head_values(shape->Sk, block_n, D_pad);
     const int64_t dkdv = 4 * q_values + 3 * k_values, dq = 2 * q_values + 3 * k_values;
     return (dkdv > dq ? dkdv : dq) * (int64_t)sizeof(uint16_t);
 }

@@ -267,10 +267,15 @@ typedef struct {
     int64_t tile_values, head_values;   // padded * D_pad; the head's tiles
 } bf16_staged;
 
+// The values one head of a tensor of S rows takes staged in tiles of `block` rows (each padded to BF16_DOT_BLOCK).
+static inline int64_t bf16_staged_head_values(int64_t S, int block, int64_t D_pad) {
+    return (S + block - 1) / block * round_up(block, BF16_DOT_BLOCK) * D_pad;
+}
+
 static inline bf16_staged bf16_stage(const fa_shape *shape, const void *x, fa_strides strides, int64_t S, int block,
                                      int64_t D_pad, bf16_tile_order order) {
-    const int64_t padded = round_up(block, BF16_DOT_BLOCK), n_tiles = (S + block - 1) / block;
-    bf16_staged st = {NULL, padded * D_pad, n_tiles * padded * D_pad};
+    const int64_t padded = round_up(block, BF16_DOT_BLOCK);
+    bf16_staged st = {NULL, padded * D_pad, bf16_staged_head_values(S, block, D_pad)};
     const int64_t BH = shape->B * shape->H;
     st.bits = (uint16_t *)fa_alloc_floats((BH * st.head_values + 1) / 2, "a bf16 tensor staged in tiles");
 #pragma omp parallel for schedule(static)

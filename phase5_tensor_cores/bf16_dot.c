@@ -2,7 +2,8 @@
 // and when), and the staging of the tiles they read.
 #include "bf16_dot.h"
 
-#include "fa_half.h"     // FA_DTYPE_BF16
+#include "fa_half.h"          // FA_DTYPE_BF16
+#include "fa_half_inline.h"   // fa_half_to_float_inline: a bf16 value in float32, for the emulated block
 #include "fa_tensor.h"   // fa_die
 #include "fa_cpu_units.h"   // which units this CPU has; AMX asked of Linux and configured
 
@@ -28,10 +29,9 @@ bf16_dot_unit bf16_dot_unit_for(int dtype) {
 }
 
 void bf16_dot_force(bf16_dot_unit unit) {
-    const bf16_dot_unit best = best_unit();
-    if (unit == BF16_DOT_AMX && best != BF16_DOT_AMX)
+    if (unit == BF16_DOT_AMX && !fa_cpu_amx_granted())
         fa_die("--cpu-bf16 amx: this CPU has no AMX-BF16 (or Linux did not grant it, or this build cannot compile it)");
-    if (unit == BF16_DOT_AVX512 && best == BF16_DOT_NONE)
+    if (unit == BF16_DOT_AVX512 && !fa_cpu_has_avx512_bf16())
         fa_die("--cpu-bf16 avx512: this CPU has no AVX512_BF16 (or this build cannot compile it)");
     forced = (int)unit;
 }
@@ -46,15 +46,7 @@ const char *bf16_dot_products(int dtype) {
     if (dtype != FA_DTYPE_BF16) return "float32 FMAs";
     if (forced == BF16_DOT_NONE && best_unit() != BF16_DOT_NONE) return "float32 FMAs (--cpu-bf16 fma)";
     return FA_CPU_UNITS ? "float32 FMAs (this CPU has neither AMX-BF16 nor AVX512_BF16)"
-                           : "float32 FMAs (this build cannot compile for AMX-BF16 or AVX512_BF16)";
-}
-
-// A bf16 value in float32: its bits are the float's top half.
-static inline float bf16_value(uint16_t bits) {
-    const uint32_t wide = (uint32_t)bits << 16;
-    float x;
-    memcpy(&x, &wide, sizeof x);
-    return x;
+                        : "float32 FMAs (this build cannot compile for AMX-BF16 or AVX512_BF16)";
 }
 
 // Plain C: each lane adds its two products one after the other, as the instructions do (both are exact in float32).
@@ -65,8 +57,10 @@ static void emulated_block(const uint16_t *a, int64_t a_pad, const uint16_t *b_p
             float sum = accumulate ? out[r * out_pad + c] : 0.0f;
             for (int64_t k = 0; k < n; k += 2) {
                 const uint16_t *b_kc = b_pairs + ((k / 2) * b_pad + c) * 2;
-                sum += bf16_value(a[r * a_pad + k]) * bf16_value(b_kc[0]);
-                sum += bf16_value(a[r * a_pad + k + 1]) * bf16_value(b_kc[1]);
+                sum += fa_half_to_float_inline(a[r * a_pad + k], FA_DTYPE_BF16) *
+                       fa_half_to_float_inline(b_kc[0], FA_DTYPE_BF16);
+                sum += fa_half_to_float_inline(a[r * a_pad + k + 1], FA_DTYPE_BF16) *
+                       fa_half_to_float_inline(b_kc[1], FA_DTYPE_BF16);
             }
             out[r * out_pad + c] = sum;
         }

@@ -23,6 +23,7 @@
 #include "fa_test_grads.h"
 #include "tensor_cores.h"
 #include "bf16_dot.h"
+#include "fa_cpu_units.h"
 #include "fa_test_expect.h"
 
 #include <math.h>
@@ -148,8 +149,15 @@ static void test_cpu_case(const char *dtype, const char *D, int causal) {
     free_problem(&p);
 }
 
+// Whether this CPU (and build) can run a bf16 unit: the emulated one everywhere, the others where the CPU has them.
+static int unit_available(bf16_dot_unit unit) {
+    if (unit == BF16_DOT_AVX512) return FA_CPU_UNITS && fa_cpu_has_avx512_bf16();
+    if (unit == BF16_DOT_AMX) return FA_CPU_UNITS && fa_cpu_amx_granted();
+    return 1;
+}
+
 // Each bf16 unit this CPU has computes bf16_dot_block()'s 32 x 32 block: against sums in double, from zero and on
-// top of what out holds, and a block with one product changed differs there and nowhere else.
+// top of what out holds, writing nothing past its 32 columns.
 static void test_bf16_blocks(void) {
     enum { K = 96, A_PAD = 112, B_PAD = 48, OUT_PAD = 40 };
     static uint16_t a[BF16_DOT_BLOCK * A_PAD], b[(K / 2) * B_PAD * 2];
@@ -159,12 +167,10 @@ static void test_bf16_blocks(void) {
     fa_fill_random(values, (K / 2) * B_PAD * 2, 12345, 1, 2.0f);
     for (int x = 0; x < (K / 2) * B_PAD * 2; x++) b[x] = fa_float_to_half(values[x], FA_DTYPE_BF16);
     fa_fill_random(start, BF16_DOT_BLOCK * OUT_PAD, 12345, 2, 8.0f);
-    const bf16_dot_unit best = bf16_dot_unit_for(FA_DTYPE_BF16);
     const bf16_dot_unit units[3] = {BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX};
     const char *names[3] = {"emulated", "AVX512_BF16", "AMX-BF16"};
     for (int u = 0; u < 3; u++) {
-        if (u == 1 && best == BF16_DOT_NONE) continue;
-        if (u == 2 && best != BF16_DOT_AMX) continue;
+        if (!unit_available(units[u])) continue;
         for (int accumulate = 0; accumulate < 2; accumulate++) {
             memcpy(out, start, sizeof out);
             bf16_dot_thread_begin(units[u]);
@@ -183,8 +189,10 @@ static void test_bf16_blocks(void) {
                     const double err = fabs(out[r * OUT_PAD + c] - sum) / (size * (K + 1) * 0x1p-24);
                     worst = err > worst ? err : worst;
                 }
-            for (int c = BF16_DOT_BLOCK; c < OUT_PAD; c++)
-                EXPECT_MSG(out[c] == start[c], "bf16 block on %s: wrote past its 32 columns", names[u]);
+            for (int r = 0; r < BF16_DOT_BLOCK; r++)
+                for (int c = BF16_DOT_BLOCK; c < OUT_PAD; c++)
+                    EXPECT_MSG(out[r * OUT_PAD + c] == start[r * OUT_PAD + c],
+                               "bf16 block on %s: wrote past its 32 columns (row %d)", names[u], r);
             printf("  bf16 block on %s, accumulate %d: worst error %.3f of the float32 bound\n", names[u], accumulate,
                    worst);
             EXPECT_MSG(worst <= 1.0, "bf16 block on %s: error %.3f of the bound", names[u], worst);
@@ -260,14 +268,13 @@ int main(int argc, char **argv) {
 #endif
     if (!gpu) test_bf16_blocks();
     // bf16 on the CPU: the float32 passes, then the bf16 passes on every unit this CPU has (emulated on any).
-    const bf16_dot_unit best = bf16_dot_unit_for(FA_DTYPE_BF16);
-    bf16_dot_unit units[4] = {BF16_DOT_NONE, BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX};
-    const int n_units = gpu ? 1 : best == BF16_DOT_AMX ? 4 : best == BF16_DOT_AVX512 ? 3 : 2;
+    const bf16_dot_unit units[4] = {BF16_DOT_NONE, BF16_DOT_EMULATED, BF16_DOT_AVX512, BF16_DOT_AMX};
     for (int d = 0; d < 2; d++)
         for (int dim = 0; dim < 2; dim++)
             for (int causal = 0; causal < 2; causal++) {
                 if (!gpu)
-                    for (int u = 0; u < (d == 1 ? n_units : 1); u++) {
+                    for (int u = 0; u < (d == 1 ? 4 : 1); u++) {
+                        if (!unit_available(units[u])) continue;
                         bf16_dot_force(units[u]);
                         test_cpu_case(dtypes[d], dims[dim], causal);
                     }

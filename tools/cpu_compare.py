@@ -231,7 +231,7 @@ def main():
             args = ["--step", step, "--dq", "deterministic", "--B", str(B), "--H", str(H), "--S", str(S), "--D",
                     str(D)] + (["--dtype", "bf16"] if dtype_name == "bf16" else []) + tile_args
             # --bf16-units: step 4 once per unit the CPU has, each a row of its own ("... bf16 amx").
-            units = BF16_UNITS if a.bf16_units and dtype_name == "bf16" else [None]
+            units = list(BF16_UNITS) if a.bf16_units and dtype_name == "bf16" else [None]
             for s in range(series):
                 for unit in list(units):
                     rows, rc, cmd, products = run_suite(phase5, args + (["--cpu-bf16", unit] if unit else []),

@@ -141,6 +141,9 @@ static void measure(int kind, int threads, double *wall, double *per_cpu_second)
         double start = 0.0, end = 0.0, cpu = 0.0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink, cpu)
         {
+#if FA_CPU_UNITS
+            if (kind == AMX_TILES) fa_amx_thread_begin();   // each thread loads the tile shapes, before the clock
+#endif
 #pragma omp barrier
 #pragma omp master
             start = omp_get_wtime();
@@ -152,16 +155,15 @@ static void measure(int kind, int threads, double *wall, double *per_cpu_second)
 #endif
 #if FA_CPU_UNITS
             if (kind == DPBF16_ZMM) sink += dpbf16_chains_zmm(STEPS, seed);
-            if (kind == AMX_TILES) {
-                fa_amx_thread_begin();   // each thread loads the tile shapes
-                sink += amx_chains(AMX_STEPS);
-                fa_amx_thread_end();
-            }
+            if (kind == AMX_TILES) sink += amx_chains(AMX_STEPS);
 #endif
             cpu += thread_cpu_seconds() - cpu_start;
 #pragma omp barrier
 #pragma omp master
             end = omp_get_wtime();
+#if FA_CPU_UNITS
+            if (kind == AMX_TILES) fa_amx_thread_end();
+#endif
         }
         runs[r] = flops * threads / (end - start) / 1e9;
         cpu_runs[r] = flops * threads / cpu / 1e9;
