@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
-# step's kernel, and of PyTorch's FlashAttention-2 kernels for comparison, at the headline shape (B=4 H=16 S=4096,
-# bf16, non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3i (chapter 06), the backward steps' kernels, dK/dV
-# and dQ (steps 4 to 4d), and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three
+# step's kernel, and for comparison of PyTorch's FlashAttention-2 kernels and its float32 memory-efficient forward
+# (step 1's comparison), at the headline shape (B=4 H=16 S=4096, bf16 (float32 for PyTorch's float32 kernel),
+# non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3i (chapter 06), the backward steps' kernels, dK/dV and
+# dQ (steps 4 to 4d), and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three
 # float32 kernels at the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per
 # kernel and D in LOGDIR (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by
 # side.
@@ -70,6 +71,15 @@ import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 q, k, v = (torch.randn(4, 16, 4096, $D, device='cuda', dtype=torch.bfloat16) for _ in range(3))
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    F.scaled_dot_product_attention(q, k, v)
+torch.cuda.synchronize()"
+        # PyTorch's float32 memory-efficient forward, the kernel step 1 is timed against (named fmha_cutlassF_*):
+        # which pipes its products run on, beside step 1's report.
+        profile "pytorch-efficient-d$D" "fmha_cutlassF" python3 -c "
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn(4, 16, 4096, $D, device='cuda', dtype=torch.float32) for _ in range(3))
+with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
     F.scaled_dot_product_attention(q, k, v)
 torch.cuda.synchronize()"
     fi
