@@ -10,10 +10,11 @@
                                               CPU, their rows relabelled cuda): the tables hold the log's numbers;
                                               and on the committed H200 logs of step 3i's tiles and steps 4b to 4d
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
-                                              log row's number found in its table (step 4h's on its own log); a
-                                              log lacking rows, or holding a failed check, refused with one
-                                              "error:" line; hopper_bench.sh's refusals (no phase7_hopper, a bad
-                                              PARTS): one line, exit 2
+                                              log row's number found in its table (step 4h's on its own log; the
+                                              instruction mix's total from its report); a log lacking rows or
+                                              reports, or holding a failed check, refused with one "error:" line;
+                                              hopper_bench.sh's refusals (no phase7_hopper, a bad PARTS): one line,
+                                              exit 2
     check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is
                                               the median of its series; a malformed --backward-tiles refused with
                                               one line and exit 2 before anything is written (no PyTorch needed)
@@ -297,6 +298,21 @@ def check_hopper(tools, root, out):
     expect(proc.returncode == 0 and proc.stdout.count("step 4h / cuDNN") == 3 and
            f"| S = 4096, step 4h, bf16 | {float(first[1]) / 1000:.1f} |" in proc.stdout,
            f"--table groups on {groups}: exit {proc.returncode}")
+    # The instruction mix reads four per-opcode reports beside the log: its "all" row is the sum of each report's
+    # counts, the first step 4h one (D = 64) as the report prints it; without the reports, one "error:" line.
+    proc = subprocess.run([sys.executable, script, groups, "--table", "opcodes"], capture_output=True, text=True)
+    report = open(os.path.join(root, "docs", "figures", "h200-phase7-ncu-opcodes-step4h-d64.txt")).read()
+    total = re.search(r"\n\s+sass__inst_executed_per_opcode\s+([\d,]+)", report)
+    expect(proc.returncode == 0 and total is not None and
+           f"| all | {int(total[1].replace(',', '')) / 1e6:.1f} |" in proc.stdout,
+           f"--table opcodes: exit {proc.returncode}, step 4h's total not in the 'all' row")
+    fresh(out)
+    alone = os.path.join(out, "h200-phase7-groups.log")
+    with open(alone, "w") as f:
+        f.write(open(groups).read())
+    proc = subprocess.run([sys.executable, script, alone, "--table", "opcodes"], capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
+           f"--table opcodes without its reports: exit {proc.returncode}")
     # The cuDNN comparison reads one Nsight Compute report per kernel beside the H200 log; a missing report is refused.
     h200 = os.path.join(root, "docs", "figures", "h200-phase7-persistent.log")
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)

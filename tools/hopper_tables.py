@@ -11,7 +11,9 @@ backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
 ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's kernels, one Nsight Compute report each beside LOG, named
-GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix: h200-phase7-ncu-step4e-d64.txt beside h200-....log).
+GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix: h200-phase7-ncu-step4e-d64.txt beside h200-....log), and
+opcodes (step 4h and cuDNN's forward by kind of instruction, from Nsight Compute's per-opcode counts, one report each
+beside LOG: GPU-phase7-ncu-opcodes-{step4h,cudnn}-d{64,128}.txt).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
 what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
 number is one the phase 7 binary, tools/pytorch_compare.py or ncu printed. Standard library only. Exit status: 0
@@ -244,6 +246,57 @@ def table_ncu_cudnn(log):
     return "\n".join(lines)
 
 
+# The instruction mix: Nsight Compute's count of executed instructions per SASS opcode (sass__inst_executed_per_opcode,
+# printed with --print-metric-instances details) for step 4h and cuDNN's forward, one report each beside LOG, named
+# GPU-phase7-ncu-opcodes-<kernel>-d<D>.txt. The opcodes in groups, each a row; the rest in "other".
+OPCODE_GROUPS = (
+    ("float32 arithmetic of the softmax (FFMA, FMUL, FADD, FMNMX)", ("FFMA", "FMUL", "FADD", "FMNMX")),
+    ("exponentials (MUFU)", ("MUFU",)),
+    ("P rounded and packed (F2FP)", ("F2FP",)),
+    ("wgmma (HGMMA, WARPGROUP)", ("HGMMA", "WARPGROUP")),
+    ("uniform-datapath integer work (U*: descriptors, addresses, indices)", None),   # every opcode starting with U
+    ("mbarrier waits and branches (SYNCS, YIELD, BRA)", ("SYNCS", "YIELD", "BRA")),
+    ("shared-memory stores (STS: the max key's score copies)", ("STS",)),
+)
+
+
+def read_opcodes(path):
+    """(duration in us, {opcode: count}) from one report of sass__inst_executed_per_opcode."""
+    if not os.path.isfile(path):
+        die(f"{path}: no such report (Nsight Compute, sass__inst_executed_per_opcode)")
+    text = open(path).read()
+    at = re.search(r"\n\s+sass__inst_executed_per_opcode\s+[\d,]+\s+\((.*?)\)\s*\n", text, re.S)
+    duration = re.search(r"\n\s+gpu__time_duration\.sum\s+(us|ms)\s+([\d.,]+)", text)
+    if not at or not duration:
+        die(f"{path}: no per-opcode counts or no duration in it")
+    counts = {op: int(n.replace(",", "")) for op, n in re.findall(r"([A-Z][A-Z0-9_.]*):\s*([\d,]+)", at.group(1))}
+    us = float(duration.group(2).replace(",", "")) * (1000 if duration.group(1) == "ms" else 1)
+    return us, counts
+
+
+def table_opcodes(log):
+    """Step 4h and cuDNN's forward by instruction kind, in millions, B=4 H=16 S=4096 bf16 non-causal."""
+    folder, name = os.path.split(log)
+    prefix = os.path.join(folder, name.split("-")[0] + "-phase7-ncu-opcodes-")
+    columns = [(f"{kernel}, D = {D}", read_opcodes(f"{prefix}{report}-d{D}.txt"))
+               for D in (64, 128) for kernel, report in (("step 4h", "step4h"), ("cuDNN", "cudnn"))]
+    lines = ["| executed instructions, millions | " + " | ".join(c for c, _ in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    grouped = set()
+    for label, ops in OPCODE_GROUPS:
+        pick = (lambda op: op.startswith("U")) if ops is None else (lambda op, ops=ops: op in ops)
+        row = []
+        for _, (_, counts) in columns:
+            row.append(sum(n for op, n in counts.items() if pick(op)))
+            grouped |= {op for op in counts if pick(op)}
+        lines.append(f"| {label} | " + " | ".join(f"{n / 1e6:.1f}" for n in row) + " |")
+    lines.append("| everything else | " + " | ".join(
+        f"{sum(n for op, n in counts.items() if op not in grouped) / 1e6:.1f}" for _, (_, counts) in columns) + " |")
+    lines.append("| all | " + " | ".join(f"{sum(counts.values()) / 1e6:.1f}" for _, (_, counts) in columns) + " |")
+    lines.append("| duration under the profiler, ms | " + " | ".join(f"{us / 1000:.3f}" for _, (us, _) in columns) + " |")
+    return "\n".join(lines)
+
+
 def ncu_summary_path(log):
     folder, name = os.path.split(log)
     return os.path.join(folder, "h100-phase7-ncu-summary.txt" if name == "h100-phase7-bench.log"
@@ -252,7 +305,7 @@ def ncu_summary_path(log):
 
 def main(argv):
     tables = ("forward", "long", "persistent", "stages", "groups", "backward", "backward-long", "ncu-d128", "ncu-d64",
-              "ncu-backward", "ncu-cudnn")
+              "ncu-backward", "ncu-cudnn", "opcodes")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
@@ -260,6 +313,9 @@ def main(argv):
         die(f"{log}: no such file")
     if name == "ncu-cudnn":
         print(table_ncu_cudnn(log))
+        return 0
+    if name == "opcodes":
+        print(table_opcodes(log))
         return 0
     if name.startswith("ncu"):
         profiles = read_ncu(ncu_summary_path(log))
