@@ -274,6 +274,17 @@ def expect_log_row_in_table(script, log, table, command, label, table_row):
            f"{label} bf16 {tflops:.1f} TFLOP/s not in --table {table}")
 
 
+def expect_refused_without_reports(script, log, table, out):
+    """A table read off Nsight Compute reports beside LOG, with LOG copied alone into OUT: one "error:" line, exit 2."""
+    fresh(out)
+    alone = os.path.join(out, os.path.basename(log))
+    with open(alone, "w") as f:
+        f.write(open(log).read())
+    proc = subprocess.run([sys.executable, script, alone, "--table", table], capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
+           f"--table {table} without its reports: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+
+
 def check_hopper(tools, root, out):
     """hopper_tables.py reads chapter 09's tables off the committed log of tools/hopper_bench.sh, which refuses bad
     arguments."""
@@ -306,24 +317,12 @@ def check_hopper(tools, root, out):
     expect(proc.returncode == 0 and total is not None and
            f"| all | {int(total[1].replace(',', '')) / 1e6:.1f} |" in proc.stdout,
            f"--table opcodes: exit {proc.returncode}, step 4h's total not in the 'all' row")
-    fresh(out)
-    alone = os.path.join(out, "h200-phase7-groups.log")
-    with open(alone, "w") as f:
-        f.write(open(groups).read())
-    proc = subprocess.run([sys.executable, script, alone, "--table", "opcodes"], capture_output=True, text=True)
-    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
-           f"--table opcodes without its reports: exit {proc.returncode}")
+    expect_refused_without_reports(script, groups, "opcodes", out)
     # The cuDNN comparison reads one Nsight Compute report per kernel beside the H200 log; a missing report is refused.
     h200 = os.path.join(root, "docs", "figures", "h200-phase7-persistent.log")
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)
     expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 6, f"--table ncu-cudnn: exit {proc.returncode}")
-    fresh(out)
-    lonely = os.path.join(out, "h200-phase7-persistent.log")
-    with open(lonely, "w") as f:
-        f.write(open(h200).read())
-    proc = subprocess.run([sys.executable, script, lonely, "--table", "ncu-cudnn"], capture_output=True, text=True)
-    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1,
-           f"--table ncu-cudnn without its reports: exit {proc.returncode}, stderr {proc.stderr.strip()}")
+    expect_refused_without_reports(script, h200, "ncu-cudnn", out)
     # A step 4e row of the log (the first 192 x 128 run) is in the forward table, as the log prints it in GFLOP/s.
     lines = open(log).read().split("\n")
     start = next(i for i, line in enumerate(lines) if "--block-m 192" in line and "--S 4096" in line)

@@ -248,52 +248,44 @@ def table_ncu_cudnn(log):
 
 # The instruction mix: Nsight Compute's count of executed instructions per SASS opcode (sass__inst_executed_per_opcode,
 # printed with --print-metric-instances details) for step 4h and cuDNN's forward, one report each beside LOG, named
-# GPU-phase7-ncu-opcodes-<kernel>-d<D>.txt. The opcodes in groups, each a row; the rest in "other".
+# GPU-phase7-ncu-opcodes-<kernel>-d<D>.txt. Each opcode in the first group that takes it (None: every opcode that
+# starts with U); the rest in "everything else".
 OPCODE_GROUPS = (
     ("float32 arithmetic of the softmax (FFMA, FMUL, FADD, FMNMX)", ("FFMA", "FMUL", "FADD", "FMNMX")),
     ("exponentials (MUFU)", ("MUFU",)),
     ("P rounded and packed (F2FP)", ("F2FP",)),
     ("wgmma (HGMMA, WARPGROUP)", ("HGMMA", "WARPGROUP")),
-    ("uniform-datapath integer work (U*: descriptors, addresses, indices)", None),   # every opcode starting with U
+    ("uniform-datapath integer work (U*: descriptors, addresses, indices)", None),
     ("mbarrier waits and branches (SYNCS, YIELD, BRA)", ("SYNCS", "YIELD", "BRA")),
     ("shared-memory stores (STS: the max key's score copies)", ("STS",)),
 )
 
 
-def read_opcodes(path):
-    """(duration in us, {opcode: count}) from one report of sass__inst_executed_per_opcode."""
-    if not os.path.isfile(path):
-        die(f"{path}: no such report (Nsight Compute, sass__inst_executed_per_opcode)")
-    text = open(path).read()
-    at = re.search(r"\n\s+sass__inst_executed_per_opcode\s+[\d,]+\s+\((.*?)\)\s*\n", text, re.S)
-    duration = re.search(r"\n\s+gpu__time_duration\.sum\s+(us|ms)\s+([\d.,]+)", text)
-    if not at or not duration:
-        die(f"{path}: no per-opcode counts or no duration in it")
-    counts = {op: int(n.replace(",", "")) for op, n in re.findall(r"([A-Z][A-Z0-9_.]*):\s*([\d,]+)", at.group(1))}
-    us = float(duration.group(2).replace(",", "")) * (1000 if duration.group(1) == "ms" else 1)
-    return us, counts
+def opcode_group(op):
+    return next((label for label, ops in OPCODE_GROUPS if (op.startswith("U") if ops is None else op in ops)),
+                "everything else")
 
 
 def table_opcodes(log):
     """Step 4h and cuDNN's forward by instruction kind, in millions, B=4 H=16 S=4096 bf16 non-causal."""
+    import ncu_tables   # the reports' reader, tools/ncu_tables.py
     folder, name = os.path.split(log)
-    prefix = os.path.join(folder, name.split("-")[0] + "-phase7-ncu-opcodes-")
-    columns = [(f"{kernel}, D = {D}", read_opcodes(f"{prefix}{report}-d{D}.txt"))
+    prefix = name.split("-")[0] + "-phase7-ncu-opcodes-"
+    reports = [(f"{kernel}, D = {D}", ncu_tables.read_report(folder, f"{report}-d{D}", prefix))
                for D in (64, 128) for kernel, report in (("step 4h", "step4h"), ("cuDNN", "cudnn"))]
-    lines = ["| executed instructions, millions | " + " | ".join(c for c, _ in columns) + " |",
-             "|---|" + "---|" * len(columns)]
-    grouped = set()
-    for label, ops in OPCODE_GROUPS:
-        pick = (lambda op: op.startswith("U")) if ops is None else (lambda op, ops=ops: op in ops)
-        row = []
-        for _, (_, counts) in columns:
-            row.append(sum(n for op, n in counts.items() if pick(op)))
-            grouped |= {op for op in counts if pick(op)}
-        lines.append(f"| {label} | " + " | ".join(f"{n / 1e6:.1f}" for n in row) + " |")
-    lines.append("| everything else | " + " | ".join(
-        f"{sum(n for op, n in counts.items() if op not in grouped) / 1e6:.1f}" for _, (_, counts) in columns) + " |")
-    lines.append("| all | " + " | ".join(f"{sum(counts.values()) / 1e6:.1f}" for _, (_, counts) in columns) + " |")
-    lines.append("| duration under the profiler, ms | " + " | ".join(f"{us / 1000:.3f}" for _, (us, _) in columns) + " |")
+    sums = []   # per report: {group: count}
+    for _, r in reports:
+        groups = {}
+        for op, n in ncu_tables.get(r, "opcodes").items():
+            groups[opcode_group(op)] = groups.get(opcode_group(op), 0) + n
+        sums.append(groups)
+    lines = ["| executed instructions, millions | " + " | ".join(title for title, _ in reports) + " |",
+             "|---|" + "---|" * len(reports)]
+    for label in [label for label, _ in OPCODE_GROUPS] + ["everything else"]:
+        lines.append(f"| {label} | " + " | ".join(f"{g.get(label, 0) / 1e6:.1f}" for g in sums) + " |")
+    lines.append("| all | " + " | ".join(f"{sum(g.values()) / 1e6:.1f}" for g in sums) + " |")
+    lines.append("| duration under the profiler, ms | " +
+                 " | ".join(f"{ncu_tables.get(r, 'gpu_time'):.3f}" for _, r in reports) + " |")
     return "\n".join(lines)
 
 

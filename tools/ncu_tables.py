@@ -32,7 +32,11 @@ VALUES = {   # what the tables show -> the line of the report that holds it
     "grid": r"^\s*Grid Size\s+([\d.,]+)",
     "l2_hit": r"^\s*lts__t_sector_hit_rate\.pct\s+%\s+([\d.,]+)",
     "dram": r"^\s*dram__bytes_read\.sum\s+(Kbyte|Mbyte|Gbyte)\s+([\d.,]+)",
+    "gpu_time": r"^\s*gpu__time_duration\.sum\s+(us|ms)\s+([\d.,]+)",
 }
+# sass__inst_executed_per_opcode, printed with --print-metric-instances details: the total, then "(OPCODE: count;
+# ...)" over several lines. read_report keeps it as {opcode: count} under "opcodes".
+OPCODES = r"^\s*sass__inst_executed_per_opcode\s+[\d,]+\s+\((.*?)\)\s*$"
 UNITS = {"us": 1e-3, "ms": 1.0, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}   # to ms (duration) and MB (dram)
 
 
@@ -49,10 +53,14 @@ def read_report(folder, name, prefix=PREFIX):
         m = re.search(pattern, text, re.MULTILINE)
         if not m:
             continue
-        if key in ("duration", "dram"):   # a unit, then the number: ms and MB
+        if key in ("duration", "dram", "gpu_time"):   # a unit, then the number: ms and MB
             values[key] = float(m.group(2).replace(",", "")) * UNITS[m.group(1)]
         else:
             values[key] = float(m.group(1).replace(",", ""))
+    m = re.search(OPCODES, text, re.MULTILINE | re.DOTALL)
+    if m:
+        values["opcodes"] = {op: int(n.replace(",", ""))
+                             for op, n in re.findall(r"([A-Z][A-Z0-9_.]*):\s*([\d,]+)", m.group(1))}
     return path, values
 
 
