@@ -309,7 +309,20 @@ def check_hopper(tools, root, out):
     expect(proc.returncode == 0 and proc.stdout.count("step 4h / cuDNN") == 3 and
            f"| S = 4096, step 4h, bf16 | {float(first[1]) / 1000:.1f} |" in proc.stdout,
            f"--table groups on {groups}: exit {proc.returncode}")
-    # The instruction mix reads four per-opcode reports beside the log: its "all" row is the sum of each report's
+    # Step 4i's table: the groups log, which has no step 4i, is refused; on step 4i's own log (both types at both
+    # shapes), four ratios to cuDNN, and its first bf16 row as the log printed it.
+    proc = subprocess.run([sys.executable, script, groups, "--table", "descriptors"], capture_output=True, text=True)
+    expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "step 4i" in proc.stderr
+           and proc.stderr.count("\n") == 1, f"--table descriptors without step 4i: exit {proc.returncode}")
+    descriptors = os.path.join(root, "docs", "figures", "h200-phase7-descriptors.log")
+    proc = subprocess.run([sys.executable, script, descriptors, "--table", "descriptors"], capture_output=True,
+                          text=True)
+    first_4i = re.compile(r"^  step 4i descriptors bf16 .* ([\d.]+) +- +")
+    first = next(m for line in open(descriptors) if (m := first_4i.match(line)))
+    expect(proc.returncode == 0 and proc.stdout.count("step 4i / cuDNN") == 4 and
+           f"| S = 4096, step 4i, bf16 | {float(first[1]) / 1000:.1f} |" in proc.stdout,
+           f"--table descriptors on {descriptors}: exit {proc.returncode}")
+    # The instruction mix reads six per-opcode reports beside the log: its "all" row is the sum of each report's
     # counts, the first step 4h one (D = 64) as the report prints it; without the reports, one "error:" line.
     proc = subprocess.run([sys.executable, script, groups, "--table", "opcodes"], capture_output=True, text=True)
     report = open(os.path.join(root, "docs", "figures", "h200-phase7-ncu-opcodes-step4h-d64.txt")).read()

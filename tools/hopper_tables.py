@@ -6,14 +6,15 @@
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
 persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
 stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16), groups (the same
-with step 4h after 4g, and step 4h's ratio to cuDNN),
+with step 4h after 4g, and step 4h's ratio to cuDNN), descriptors (steps 4h and 4i beside cuDNN, and step 4i's ratio
+to cuDNN, at both shapes in bf16 and fp16),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
 ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's kernels, one Nsight Compute report each beside LOG, named
 GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix: h200-phase7-ncu-step4e-d64.txt beside h200-....log), and
-opcodes (step 4h and cuDNN's forward by kind of instruction, from Nsight Compute's per-opcode counts, one report each
-beside LOG: GPU-phase7-ncu-opcodes-{step4h,cudnn}-d{64,128}.txt).
+opcodes (steps 4h and 4i and cuDNN's forward by kind of instruction, from Nsight Compute's per-opcode counts, one
+report each beside LOG: GPU-phase7-ncu-opcodes-{step4h,step4i,cudnn}-d{64,128}.txt).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
 what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
 number is one the phase 7 binary, tools/pytorch_compare.py or ncu printed. Standard library only. Exit status: 0
@@ -112,12 +113,13 @@ def table_long(rows, torch):
 PERSISTENT = (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persistent"))
 STAGES = PERSISTENT + (("step 4g", "step 4g stages once"),)
 GROUPS = STAGES + (("step 4h", "step 4h l2 head groups"),)
+DESCRIPTORS = (("step 4h", "step 4h l2 head groups"), ("step 4i", "step 4i descriptors"))
 STAGES_SHAPES = ((4096, "bf16"), (4096, "fp16"), (16384, "bf16"))   # the shapes and types of tables stages and groups
 
 
 def table_persistent(rows, torch, steps=PERSISTENT, shapes=((4096, "bf16"), (4096, "fp16"), (16384, "bf16"),
                                                               (16384, "fp16")), ratio=None):
-    """Step 4f (and with steps, 4g and 4h) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
+    """Step 4f (and with steps, 4g to 4i) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
     given: a log of step 4's rows (out of tools/hopper_bench.sh's forward rows, --step 4 only) and PyTorch's
     forwards. With ratio (a step's name), that step's speed over cuDNN's too."""
     lines = [HEADER]
@@ -247,8 +249,8 @@ def table_ncu_cudnn(log):
 
 
 # The instruction mix: Nsight Compute's count of executed instructions per SASS opcode (sass__inst_executed_per_opcode,
-# printed with --print-metric-instances details) for step 4h and cuDNN's forward, one report each beside LOG, named
-# GPU-phase7-ncu-opcodes-<kernel>-d<D>.txt. Each opcode in the first group that takes it (None: every opcode that
+# printed with --print-metric-instances details) for steps 4h and 4i and cuDNN's forward, one report each beside LOG,
+# named GPU-phase7-ncu-opcodes-<kernel>-d<D>.txt. Each opcode in the first group that takes it (None: every opcode that
 # starts with U); the rest in "everything else".
 OPCODE_GROUPS = (
     ("float32 arithmetic of the softmax (FFMA, FMUL, FADD, FMNMX)", ("FFMA", "FMUL", "FADD", "FMNMX")),
@@ -267,12 +269,13 @@ def opcode_group(op):
 
 
 def table_opcodes(log):
-    """Step 4h and cuDNN's forward by instruction kind, in millions, B=4 H=16 S=4096 bf16 non-causal."""
+    """Steps 4h and 4i and cuDNN's forward by instruction kind, in millions, B=4 H=16 S=4096 bf16 non-causal."""
     import ncu_tables   # the reports' reader, tools/ncu_tables.py
     folder, name = os.path.split(log)
     prefix = name.split("-")[0] + "-phase7-ncu-opcodes-"
     reports = [(f"{kernel}, D = {D}", ncu_tables.read_report(folder, f"{report}-d{D}", prefix))
-               for D in (64, 128) for kernel, report in (("step 4h", "step4h"), ("cuDNN", "cudnn"))]
+               for D in (64, 128)
+               for kernel, report in (("step 4h", "step4h"), ("step 4i", "step4i"), ("cuDNN", "cudnn"))]
     sums = []   # per report: {group: count}
     for _, r in reports:
         groups = {}
@@ -296,8 +299,8 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "persistent", "stages", "groups", "backward", "backward-long", "ncu-d128", "ncu-d64",
-              "ncu-backward", "ncu-cudnn", "opcodes")
+    tables = ("forward", "long", "persistent", "stages", "groups", "descriptors", "backward", "backward-long",
+              "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "opcodes")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
@@ -318,6 +321,7 @@ def main(argv):
     print({"forward": table_forward, "long": table_long, "persistent": table_persistent,
            "stages": lambda r, t: table_persistent(r, t, STAGES, STAGES_SHAPES, "step 4g"),
            "groups": lambda r, t: table_persistent(r, t, GROUPS, STAGES_SHAPES, "step 4h"),
+           "descriptors": lambda r, t: table_persistent(r, t, DESCRIPTORS, ratio="step 4i"),
            "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
