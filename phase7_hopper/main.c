@@ -29,7 +29,7 @@ static const int CUDA_HEAD_DIMS[] = {64, 128, 0};
 
 static const fa_cli_spec SPEC = {
     .program = "phase7_hopper",
-    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (4e) softmax beside the previous P V in each turn, (4f) a persistent grid taking tiles from a queue, (4g) the causal bookkeeping worked out once per tile, (4h) the causal queue's heavy tiles in L2-sized groups of heads, (4i) wgmma descriptors built once, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
+    .summary = "Phase 7: the forward on Hopper (sm_90a): (1) wgmma from shared memory, (2) TMA, (3) warp specialisation, (4) ping-pong of the consumer warpgroups, with (4a) wider wgmmas, (4b) exp2 in one instruction and (4c) three consumers (192-row tiles) at D = 64, (4d) K and V released separately, (4e) softmax beside the previous P V in each turn, (4f) a persistent grid taking tiles from a queue, (4g) the causal bookkeeping worked out once per tile, (4h) the causal queue's heavy tiles in L2-sized groups of heads, (4i) wgmma descriptors built once, (4j) each lane's two row maxima side by side, (5) overlap inside a warpgroup; beside phase 5 step 3 (mma.sync) "
                "on the same input; (6) the backward with wgmma, beside phase 5 step 4.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
     .default_block_m = 128,
@@ -111,6 +111,10 @@ static void run_descriptors_once_cuda(void *p) {
     const row_args *a = p;
     flash_forward_descriptors_once_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
+static void run_rows_together_cuda(void *p) {
+    const row_args *a = p;
+    flash_forward_rows_together_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+}
 #else
 #define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
 #define run_wgmma_cuda NULL
@@ -126,6 +130,7 @@ static void run_descriptors_once_cuda(void *p) {
 #define run_stages_once_cuda NULL
 #define run_l2_head_groups_cuda NULL
 #define run_descriptors_once_cuda NULL
+#define run_rows_together_cuda NULL
 #define run_overlap_cuda NULL
 #endif
 
@@ -142,7 +147,7 @@ typedef struct {
     const char *cuda_tiles_text;
 } row_kind;
 
-// Which tiles each row's kernels have (only those of steps 4c to 4i depend on D).
+// Which tiles each row's kernels have (only those of steps 4c to 4j depend on D).
 static int baseline_tiles(int64_t D, int block_m, int block_n) {
     (void)D;
     return tc_cuda_supports_tiles(block_m, block_n);
@@ -185,6 +190,8 @@ static const row_kind ROWS[] = {
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 4i descriptors", 4, NULL, run_descriptors_once_cuda, flash_forward_persistent_cuda_smem_bytes,
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
+    {"step 4j rows together", 4, NULL, run_rows_together_cuda, flash_forward_persistent_cuda_smem_bytes,
+     hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},
 };
@@ -195,13 +202,13 @@ static int row_selected(const fa_options *opt, const row_kind *row) {
     return row->step == 0 || opt->step == 0 || opt->step == row->step;
 }
 // A GPU row runs when its kernels have the tiles asked for (at this D). Otherwise it is left out with a note: the
-// baseline's row, and a row beside others of the same step that have them (step 4's variants: only 4c to 4i have
+// baseline's row, and a row beside others of the same step that have them (step 4's variants: only 4c to 4j have
 // 192-row tiles). A step none of whose rows has them is an error.
 static int row_has_kernel(const fa_options *opt, const row_kind *row) {
     return row->cuda_supports(opt->shape.D, opt->block_m, opt->block_n);
 }
 static void check_step_has_kernel(const fa_options *opt, int step) {
-    // "step 4 ping-pong: 128x64 or 128x128; ..." for the message: step 4's ten rows take 635 characters.
+    // "step 4 ping-pong: 128x64 or 128x128; ..." for the message: step 4's eleven rows take 710 characters.
     char kernels[1024] = "";
     for (int r = 0; r < N_ROWS; r++) {
         if (ROWS[r].step != step) continue;

@@ -26,7 +26,7 @@ fa_add_check_test(NAME phase7_cuda_step1_fp16_B2_H2_Sq300_Sk200_D64_causal_tile6
                   --block-n 64)
 fa_add_check_test(NAME phase7_cuda_step2_bf16_B2_H2_Sq200_Sk300_D128_tile64x64 LABEL phase7 BINARY phase7_hopper
                   IMPL cuda ARGS --step 2 --dtype bf16 --B 2 --H 2 --Sq 200 --Sk 300 --D 128 --block-m 64 --block-n 64)
-# Steps 4c to 4i also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
+# Steps 4c to 4j also have 192-row tiles at D = 64 (three consumer warpgroups); --step 4 runs them (steps 4 to 4b,
 # whose tiles are 128-row, are left out with a note), beside the CPU twin at the same tiles.
 set(phase7_192_shapes
   "bf16_B2_H2_Sq1000_Sk129_D64_causal_tile192x128|--dtype|bf16|--B|2|--H|2|--Sq|1000|--Sk|129|--D|64|--causal|--block-m|192|--block-n|128"
@@ -41,7 +41,7 @@ foreach(entry ${phase7_192_shapes})
                       ARGS --step 4 ${parts})
   endforeach()
 endforeach()
-# More tiles (231) than an H100 or H200 holds blocks, so that the blocks of steps 4f to 4i take two each: the GPU
+# More tiles (231) than an H100 or H200 holds blocks, so that the blocks of steps 4f to 4j take two each: the GPU
 # rows only (the CPU twin's code is the same at the smaller shapes above).
 fa_add_check_test(NAME phase7_cuda_step4_bf16_B3_H11_Sq1153_Sk1000_D64_causal_tile192x128 LABEL phase7 BINARY
                   phase7_hopper IMPL cuda ARGS --step 4 --dtype bf16 --B 3 --H 11 --Sq 1153 --Sk 1000 --D 64 --causal
@@ -69,7 +69,7 @@ if(TARGET phase7_hopper_kernels)
   target_link_libraries(test_hopper_large_logits PRIVATE phase7_hopper_kernels)
   add_test(NAME phase7_cuda_large_logits COMMAND ${FA_GPU_TEST_LAUNCHER} $<TARGET_FILE:test_hopper_large_logits> cuda)
   set_tests_properties(phase7_cuda_large_logits PROPERTIES LABELS "phase7;gpu" SKIP_RETURN_CODE 77)
-  # Steps 4f to 4i (persistent) against step 4e, bit for bit, on shapes of up to 320 tiles (more than the GPU holds
+  # Steps 4f to 4j (persistent) against step 4e, bit for bit, on shapes of up to 320 tiles (more than the GPU holds
   # blocks).
   add_executable(test_hopper_persistent test_hopper_persistent.c)
   target_link_libraries(test_hopper_persistent PRIVATE phase7_hopper_kernels)

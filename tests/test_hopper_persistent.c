@@ -1,4 +1,4 @@
-// test_hopper_persistent.c - phase 7 steps 4f to 4i (the persistent forwards) give step 4e's bits, run after run.
+// test_hopper_persistent.c - phase 7 steps 4f to 4j (the persistent forwards) give step 4e's bits, run after run.
 //
 // Usage: test_hopper_persistent cuda      (exits 77, skipped, without a Hopper GPU)
 //
@@ -7,11 +7,12 @@
 // the mask, and each row's last key, in another way, and must mask the same scores. Step 4h lists the causal heavy
 // tiles in groups of heads sized to the L2, the first group smaller where the heads do not divide evenly, then every
 // head's lightest tiles together. Step 4i finds its operands through descriptors built once, moved by additions, and
-// must point every wgmma at the same bytes. So on shapes of 6 to 320 tiles, four of them more than an H100 or H200
-// holds blocks (132: some blocks take two or more), with B H not a multiple of 8, causal tiles of every length (Sq > Sk
-// and Sq < Sk, keys fewer than one tile), each of step 4e's tile shapes, and one whose heads' K and V are too large for
-// one group, their O and LSE must equal step 4e's bit for bit, on two runs in a row, each into outputs poisoned first.
-// Their accuracy against the float64 oracle is checked with the other steps (tests/phase7.cmake).
+// must point every wgmma at the same bytes; step 4j finds each lane's two row maxima in another order, and must find
+// the same. So on shapes of 6 to 320 tiles, four of them more than an H100 or H200 holds blocks (132: some blocks take
+// two or more), with B H not a multiple of 8, causal tiles of every length (Sq > Sk and Sq < Sk, keys fewer than one
+// tile), each of step 4e's tile shapes, and one whose heads' K and V are too large for one group, their O and LSE must
+// equal step 4e's bit for bit, on two runs in a row, each into outputs poisoned first. Their accuracy against the
+// float64 oracle is checked with the other steps (tests/phase7.cmake).
 #include "fa_contract.h"
 #include "fa_driver.h"
 #include "fa_gpu.h"
@@ -38,7 +39,8 @@ static const struct {
 } STEPS[] = {{"step 4f", flash_forward_persistent_cuda},
              {"step 4g", flash_forward_stages_once_cuda},
              {"step 4h", flash_forward_l2_head_groups_cuda},
-             {"step 4i", flash_forward_descriptors_once_cuda}};
+             {"step 4i", flash_forward_descriptors_once_cuda},
+             {"step 4j", flash_forward_rows_together_cuda}};
 
 // The first element where a and b differ, or -1.
 static int64_t first_difference(const float *a, const float *b, int64_t n) {
@@ -67,7 +69,7 @@ static int check_case(const persistent_case *c, uint64_t seed) {
     const fa_strides sq = fa_strides_contiguous(s.H, s.Sq, s.D), sk = fa_strides_contiguous(s.H, s.Sk, s.D);
     const tc_forward_tensors t = {dev.q, dev.k, dev.v, sq, sk, sk, o_dev, sq, lse_dev};
 
-    // Step 4e's outputs: what every run of steps 4f to 4i must give.
+    // Step 4e's outputs: what every run of steps 4f to 4j must give.
     float *o_4e = fa_alloc_floats(nq, "O"), *lse_4e = fa_alloc_floats(nl, "LSE");
     fa_gpu_poison(o_dev, nq), fa_gpu_poison(lse_dev, nl);
     flash_forward_overlap_in_turn_cuda(&s, c->dtype, c->block_m, c->block_n, &t);
@@ -123,9 +125,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!check_case(&cases[i], 1 + i)) failures++;
     if (failures) {
-        fprintf(stderr, "steps 4f to 4i differed from step 4e on %d shape(s)\n", failures);
+        fprintf(stderr, "steps 4f to 4j differed from step 4e on %d shape(s)\n", failures);
         return 1;
     }
-    printf("steps 4f to 4i gave step 4e's bits on every shape and run\n");
+    printf("steps 4f to 4j gave step 4e's bits on every shape and run\n");
     return 0;
 }

@@ -32,7 +32,7 @@ if [ "$PARTS" != profile ]; then {
         "$BIN/phase7_hopper" --impl cuda --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m $7 --block-n $8 \
             --check-heads 1 --warmup 2 --iters 10 2>&1 | grep -E "cuda  |cuda d[QKV] |FAIL|error"
     }
-    step4() {   # step4 DTYPE B H S D CAUSAL: 192-row tiles (D = 64; --step 4 runs 4c to 4i, 4 to 4b are left out)
+    step4() {   # step4 DTYPE B H S D CAUSAL: 192-row tiles (D = 64; --step 4 runs 4c to 4j, 4 to 4b are left out)
         echo "\$ phase7_hopper --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192" \
              "--block-n 128"
         "$BIN/phase7_hopper" --impl cuda --step 4 --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 --block-m 192 \
@@ -44,7 +44,7 @@ if [ "$PARTS" != profile ]; then {
         [ $D = 64 ] && step4 $dtype 4 16 4096 $D "$causal"
     done; done; done
     # The longer shape: the oracle's float64 head costs more than every GPU row together, so only D = 128 (every
-    # step) and D = 64 with 192-row tiles (steps 4c to 4i).
+    # step) and D = 64 with 192-row tiles (steps 4c to 4j).
     for dtype in bf16 fp16; do for causal in "" --causal; do
         run $dtype 1 16 16384 128 "$causal" 128 128
         step4 $dtype 1 16 16384 64 "$causal"
@@ -72,7 +72,7 @@ if [ "$PARTS" != profile ]; then {
 } > "$LOG" 2>&1; fi
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
-# 4e to 4i), D=64 for step 4b (128x128) beside steps 4c to 4i (192x128, tiles only they have), and steps 6a to 6g's
+# 4e to 4j), D=64 for step 4b (128x128) beside steps 4c to 4j (192x128, tiles only they have), and steps 6a to 6g's
 # backward; and steps 4g and 4h causal at both D, whose queues differ only there (the L2's hit rate and the bytes
 # read from DRAM show the difference).
 if [ "$PARTS" != time ]; then   # the profiler half
@@ -102,6 +102,7 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
                "4g stages_once 4 128 128 128" "4g-d64 stages_once 4 64 192 128" \
                "4h l2_head_groups 4 128 128 128" "4h-d64 l2_head_groups 4 64 192 128" \
                "4i descriptors_once 4 128 128 128" "4i-d64 descriptors_once 4 64 192 128" \
+               "4j rows_together 4 128 128 128" "4j-d64 rows_together 4 64 192 128" \
                "4g-causal stages_once 4 128 128 128 --causal" "4g-d64-causal stages_once 4 64 192 128 --causal" \
                "4h-causal l2_head_groups 4 128 128 128 --causal" \
                "4h-d64-causal l2_head_groups 4 64 192 128 --causal"; do

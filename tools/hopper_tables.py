@@ -7,14 +7,17 @@ NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside 
 persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
 stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16), groups (the same
 with step 4h after 4g, and step 4h's ratio to cuDNN), descriptors (steps 4h and 4i beside cuDNN, and step 4i's ratio
-to cuDNN, at both shapes in bf16 and fp16),
+to cuDNN, at both shapes in bf16 and fp16), rows (steps 4h to 4j beside cuDNN, and step 4j's ratio to cuDNN, the
+same shapes),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
 ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's kernels, one Nsight Compute report each beside LOG, named
 GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix: h200-phase7-ncu-step4e-d64.txt beside h200-....log), and
 opcodes (steps 4h and 4i and cuDNN's forward by kind of instruction, from Nsight Compute's per-opcode counts, one
-report each beside LOG: GPU-phase7-ncu-opcodes-{step4h,step4i,cudnn}-d{64,128}.txt).
+report each beside LOG: GPU-phase7-ncu-opcodes-{step4h,step4i,cudnn}-d{64,128}.txt, and the hardware counter's total),
+and samples (steps 4i and 4j at D = 64: each kind of instruction's executions and stall samples, from Nsight
+Compute's per-instruction exports beside LOG: GPU-phase7-ncu-source-step4{i,j}-d64.csv.gz).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
 what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
 number is one the phase 7 binary, tools/pytorch_compare.py or ncu printed. Standard library only. Exit status: 0
@@ -114,12 +117,13 @@ PERSISTENT = (("step 4e", "step 4e overlap in turn"), ("step 4f", "step 4f persi
 STAGES = PERSISTENT + (("step 4g", "step 4g stages once"),)
 GROUPS = STAGES + (("step 4h", "step 4h l2 head groups"),)
 DESCRIPTORS = (("step 4h", "step 4h l2 head groups"), ("step 4i", "step 4i descriptors"))
+ROWS_TOGETHER = DESCRIPTORS + (("step 4j", "step 4j rows together"),)
 STAGES_SHAPES = ((4096, "bf16"), (4096, "fp16"), (16384, "bf16"))   # the shapes and types of tables stages and groups
 
 
 def table_persistent(rows, torch, steps=PERSISTENT, shapes=((4096, "bf16"), (4096, "fp16"), (16384, "bf16"),
                                                               (16384, "fp16")), ratio=None):
-    """Step 4f (and with steps, 4g to 4i) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
+    """Step 4f (and with steps, 4g to 4j) beside step 4e and cuDNN, in each step's best tiles, at the shapes and types
     given: a log of step 4's rows (out of tools/hopper_bench.sh's forward rows, --step 4 only) and PyTorch's
     forwards. With ratio (a step's name), that step's speed over cuDNN's too."""
     lines = [HEADER]
@@ -287,8 +291,75 @@ def table_opcodes(log):
     for label in [label for label, _ in OPCODE_GROUPS] + ["everything else"]:
         lines.append(f"| {label} | " + " | ".join(f"{g.get(label, 0) / 1e6:.1f}" for g in sums) + " |")
     lines.append("| all | " + " | ".join(f"{sum(g.values()) / 1e6:.1f}" for g in sums) + " |")
+    # The per-opcode counts come from instrumented code (the profiler patches the SASS); the hardware counter counts
+    # the same launch's instructions without it, in another pass.
+    lines.append("| all, by the hardware counter (smsp__inst_executed) | " +
+                 " | ".join(f"{ncu_tables.get(r, 'instructions') / 1e6:.1f}" for _, r in reports) + " |")
     lines.append("| duration under the profiler, ms | " +
                  " | ".join(f"{ncu_tables.get(r, 'gpu_time'):.3f}" for _, r in reports) + " |")
+    return "\n".join(lines)
+
+
+# Where the consumers' time goes: Nsight Compute's per-instruction export of one launch (--page source --csv
+# --print-source sass, the SourceCounters section), steps 4i and 4j at D = 64, beside LOG as
+# GPU-phase7-ncu-source-step4{i,j}-d64.csv.gz. The warp-state sampler stops a warp at fixed intervals and notes the
+# instruction it is at (about to issue, or waiting to): the samples of a kind of instruction are the share of the
+# warps' time spent there. Each instruction in the first group that takes it.
+SAMPLE_GROUPS = (
+    ("row maxima and their shuffles (FMNMX, SHFL)", ("FMNMX", "SHFL")),
+    ("the max key's score copies and their branch (STS, BSSY, BSYNC)", ("STS", "BSSY", "BSYNC")),
+    ("exponentials (MUFU)", ("MUFU",)),
+    ("other float32 arithmetic (FFMA, FMUL, FADD, FSEL, FSETP)", ("FFMA", "FMUL", "FADD", "FSEL", "FSETP")),
+    ("P rounded and packed (F2FP)", ("F2FP",)),
+    ("wgmma (HGMMA, WARPGROUP)", ("HGMMA", "WARPGROUP")),
+    ("mbarrier waits (SYNCS, YIELD)", ("SYNCS", "YIELD")),
+    ("branches (BRA: the waits' and the copies')", ("BRA",)),
+)
+# A warp held at a named barrier (its turn on the tensor cores) is sampled at the instruction after the barrier, with
+# the reason "barrier": those samples make a row of their own, whatever the instruction.
+TURN_WAIT = "waiting for its turn at a named barrier (any instruction, the reason 'barrier')"
+
+
+def read_source(path):
+    """{group: [instructions executed, stall samples]} from one per-instruction export."""
+    import csv
+    import gzip
+    try:
+        with gzip.open(path, "rt") as f:
+            rows = list(csv.reader(f))
+        header = rows[1]
+        src, executed = header.index("Source"), header.index("Instructions Executed")
+        samples, at_barrier = header.index("Warp Stall Sampling (All Samples)"), header.index("stall_barrier")
+    except (OSError, EOFError, IndexError, ValueError) as e:
+        die(f"cannot read {path} as an Nsight Compute source export: {e}")
+    groups = {}
+    for row in rows[2:]:
+        words = row[src].split()
+        op = (words[1] if words and words[0].startswith("@") else words[0] if words else "").split(".")[0]
+        group = next((label for label, ops in SAMPLE_GROUPS if op in ops), "everything else")
+        counts, waiting = groups.setdefault(group, [0, 0]), groups.setdefault(TURN_WAIT, [0, 0])
+        counts[0] += int(row[executed] or 0)
+        counts[1] += int(row[samples] or 0) - int(row[at_barrier] or 0)
+        waiting[1] += int(row[at_barrier] or 0)
+    return groups
+
+
+def table_samples(log):
+    """Steps 4i and 4j at D = 64: the executed instructions and the stall samples of each kind of instruction."""
+    folder, name = os.path.split(log)
+    prefix = os.path.join(folder, name.split("-")[0] + "-phase7-ncu-source-")
+    steps = [(step, read_source(f"{prefix}{report}-d64.csv.gz")) for step, report in (("4i", "step4i"),
+                                                                                      ("4j", "step4j"))]
+    lines = ["| instruction kind | " + " | ".join(f"step {step}: executed, millions | step {step}: stall samples"
+                                                  for step, _ in steps) + " |", "|---|" + "---|---|" * len(steps)]
+    totals = [[sum(c[i] for c in g.values()) for i in (0, 1)] for _, g in steps]
+    for label in [label for label, _ in SAMPLE_GROUPS] + [TURN_WAIT, "everything else"]:
+        cells = []
+        for (_, g), (_, all_samples) in zip(steps, totals):
+            executed, samples = g.get(label, [0, 0])
+            cells += [f"{executed / 1e6:.1f}", f"{samples:,} ({100 * samples / all_samples:.0f}%)"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("| all | " + " | ".join(f"{e / 1e6:.1f} | {n:,}" for e, n in totals) + " |")
     return "\n".join(lines)
 
 
@@ -299,8 +370,8 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "persistent", "stages", "groups", "descriptors", "backward", "backward-long",
-              "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "opcodes")
+    tables = ("forward", "long", "persistent", "stages", "groups", "descriptors", "rows", "backward", "backward-long",
+              "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "opcodes", "samples")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
@@ -312,6 +383,9 @@ def main(argv):
     if name == "opcodes":
         print(table_opcodes(log))
         return 0
+    if name == "samples":
+        print(table_samples(log))
+        return 0
     if name.startswith("ncu"):
         profiles = read_ncu(ncu_summary_path(log))
         names = {"ncu-d128": NCU_D128, "ncu-d64": NCU_D64, "ncu-backward": NCU_BACKWARD}[name]
@@ -322,6 +396,7 @@ def main(argv):
            "stages": lambda r, t: table_persistent(r, t, STAGES, STAGES_SHAPES, "step 4g"),
            "groups": lambda r, t: table_persistent(r, t, GROUPS, STAGES_SHAPES, "step 4h"),
            "descriptors": lambda r, t: table_persistent(r, t, DESCRIPTORS, ratio="step 4i"),
+           "rows": lambda r, t: table_persistent(r, t, ROWS_TOGETHER, ratio="step 4j"),
            "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
