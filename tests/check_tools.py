@@ -27,6 +27,7 @@
 Exit status 0 passed, 1 failed, 77 skipped (NumPy or matplotlib missing; ctest shows "skipped").
 """
 import csv
+import gzip
 import os
 import re
 import shutil
@@ -322,6 +323,19 @@ def check_hopper(tools, root, out):
     expect(proc.returncode == 0 and proc.stdout.count("step 4i / cuDNN") == 4 and
            f"| S = 4096, step 4i, bf16 | {float(first[1]) / 1000:.1f} |" in proc.stdout,
            f"--table descriptors on {descriptors}: exit {proc.returncode}")
+    # Step 4j's table, on its own log: four ratios to cuDNN. Its stall samples, read from two per-instruction exports
+    # beside the log: the 'all' row holds each export's total of executed instructions; without them, one "error:".
+    rows = os.path.join(root, "docs", "figures", "h200-phase7-rows.log")
+    proc = subprocess.run([sys.executable, script, rows, "--table", "rows"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("step 4j / cuDNN") == 4, f"--table rows: exit {proc.returncode}")
+    proc = subprocess.run([sys.executable, script, rows, "--table", "samples"], capture_output=True, text=True)
+    export = os.path.join(root, "docs", "figures", "h200-phase7-ncu-source-step4j-d64.csv.gz")
+    with gzip.open(export, "rt") as f:
+        table = list(csv.reader(f))
+    executed = sum(int(row[table[1].index("Instructions Executed")] or 0) for row in table[2:])
+    expect(proc.returncode == 0 and proc.stdout.count("\n") == 13 and f"| {executed / 1e6:.1f} | " in
+           proc.stdout.splitlines()[-1], f"--table samples: exit {proc.returncode}, step 4j's total not in 'all'")
+    expect_refused_without_reports(script, rows, "samples", out)
     # The instruction mix reads six per-opcode reports beside the log: its "all" row is the sum of each report's
     # counts, the first step 4h one (D = 64) as the report prints it; without the reports, one "error:" line.
     proc = subprocess.run([sys.executable, script, groups, "--table", "opcodes"], capture_output=True, text=True)
