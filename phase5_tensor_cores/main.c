@@ -1,20 +1,21 @@
 // main.c - phase 5 driver: how FlashAttention gets fast. Each step is a row of the tables, next to the baselines a
 // user would pick instead: phase 3 step 3 (the same algorithm, one thread per query row) and, on the CPU, naive
 // attention with BLAS (two sgemm calls and a vectorised softmax, S materialised; built when CMake finds a BLAS).
-// Every row runs on the same input and is checked against the same float64 oracle. Step 3 is ten rows, one
-// technique each: "step 3a swizzle", "step 3b cp.async" (GPU only: they change how the GPU moves data, and step 2's
-// CPU row is their twin), "step 3 pipeline" (exp2 with the scale folded in), then "step 3c row blocks" (32 query rows
-// per warp), "step 3d exp2 ftz" (one instruction per exponential), "step 3e copy loop" (the copies' index
-// arithmetic done once), "step 3f lazy rescale" (O rescaled only where a max moved), and, on step 3e, "step 3g
-// invariants" (what every key tile shares worked out before the loop), "step 3h xor addresses" (ldmatrix
-// addresses by one XOR each) and "step 3i key offsets" (the max-key search and the mask in 32-bit offsets), GPU only, with step 3's CPU row as their twin. Step 4 is the backward: the rows
-// "step 4 bwd det" and "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the
-// step 3 forward's O and LSE, and are checked by the half-precision rule for gradients; on the GPU, "step 4b bwd
-// det" and "step 4b bwd atomic" are the same backward with the forward's instruction cuts (step 4's CPU row is their
-// twin), "step 4c bwd det" step 4b with Q and dO held in the dQ pass's registers, and "step 4d bwd det" step 4c with
-// room for one more dK/dV block per SM. Step 5 is the float32
-// backward with step 4's register tiles, on the CPU only: rows "step 5 bwd det" and "step 5 bwd atomic" beside
-// phase 4's backward ("phase 4 bwd det"), all differentiating phase 3 step 3's O and LSE, checked as phase 4 is.
+// Every row runs on the same input and is checked against the same float64 oracle. Step 3 is eleven rows, one technique
+// each: "step 3a swizzle", "step 3b cp.async" (GPU only: they change how the GPU moves data, and step 2's CPU row is
+// their twin), "step 3 pipeline" (exp2 with the scale folded in), then "step 3c row blocks" (32 query rows per warp),
+// "step 3d exp2 ftz" (one instruction per exponential), "step 3e copy loop" (the copies' index arithmetic done once),
+// "step 3f lazy rescale" (O rescaled only where a max moved), and, on step 3e, "step 3g invariants" (what every key
+// tile shares worked out before the loop), "step 3h xor addresses" (ldmatrix addresses by one XOR each), "step 3i key
+// offsets" (the max-key search and the mask in 32-bit offsets) and "step 3j rows together" (each lane's four row maxima
+// side by side), GPU only, with step 3's CPU row as their twin. Step 4 is the backward: the rows "step 4 bwd det" and
+// "step 4 bwd atomic" (--dq deterministic|atomic|both, as in phase 4) differentiate the step 3 forward's O and LSE, and
+// are checked by the half-precision rule for gradients; on the GPU, "step 4b bwd det" and "step 4b bwd atomic" are the
+// same backward with the forward's instruction cuts (step 4's CPU row is their twin), "step 4c bwd det" step 4b with Q
+// and dO held in the dQ pass's registers, and "step 4d bwd det" step 4c with room for one more dK/dV block per SM. Step
+// 5 is the float32 backward with step 4's register tiles, on the CPU only: rows "step 5 bwd det" and "step 5 bwd
+// atomic" beside phase 4's backward ("phase 4 bwd det"), all differentiating phase 3 step 3's O and LSE, checked as
+// phase 4 is.
 //
 // Run: build/bin/phase5_tensor_cores                              (class defaults: B=1 H=4 S=1024 D=64, every step)
 //      build/bin/phase5_tensor_cores --step 1 --B 4 --H 16 --S 4096 --D 128 --causal --check-heads 2
@@ -45,8 +46,8 @@ static const fa_cli_spec SPEC = {
                "swizzle (3a), cp.async (3b), exp2 with the scale folded in (3), two row blocks per warp (3c), "
                "exp2 without its subnormal path (3d), the copies' index arithmetic done once (3e), O rescaled "
                "only where a max moved (3f), loop invariants before the key loop (3g), ldmatrix addresses by XOR "
-               "(3h), the max-key search in 32-bit offsets (3i; --step 3 runs all ten), (4) "
-               "the backward on tensor cores, (5) the float32 backward with step 4's "
+               "(3h), the max-key search in 32-bit offsets (3i), each lane's four row maxima side by side (3j; "
+               "--step 3 runs all eleven), (4) the backward on tensor cores, (5) the float32 backward with step 4's "
                "register tiles (CPU); with phase 3 step 3 (phase 4 for step 5) and, on the CPU, naive attention with "
                "BLAS on the same input.",
     .defaults = {.B = 1, .H = 4, .Sq = 1024, .Sk = 1024, .D = 64},
@@ -174,6 +175,11 @@ static void run_key_offsets_cuda(void *p) {
     const tc_forward_tensors t = half_forward_tensors(a);
     flash_forward_key_offsets_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
 }
+static void run_rows_together_cuda(void *p) {
+    const row_args *a = p;
+    const tc_forward_tensors t = half_forward_tensors(a);
+    flash_forward_rows_together_cuda(a->shape, a->dtype, a->block_m, a->block_n, &t);
+}
 static void run_lazy_rescale_cuda(void *p) {
     const row_args *a = p;
     const tc_forward_tensors t = half_forward_tensors(a);
@@ -191,13 +197,14 @@ static void run_lazy_rescale_cuda(void *p) {
 #define run_loop_invariants_cuda NULL
 #define run_xor_addresses_cuda NULL
 #define run_key_offsets_cuda NULL
+#define run_rows_together_cuda NULL
 #endif
 
 // The rows, in the order they are printed. step 0 marks a baseline, run whatever --step says; a step row runs when
 // --step is all or its number. A row without a cpu (cuda) function has no CPU (GPU) side: steps 3a and 3b change only
-// how the GPU moves data, so their CPU twin is step 2's row; steps 3c to 3i change which warp computes a row, the
+// how the GPU moves data, so their CPU twin is step 2's row; steps 3c to 3j change which warp computes a row, the
 // exponential's subnormal results, the instructions around the mma and when O is rescaled, and their twin is step
-// 3's (--step 3 runs 3a, 3b, 3, 3c to 3i, the rows of one ablation).
+// 3's (--step 3 runs 3a, 3b, 3, 3c to 3j, the rows of one ablation).
 typedef struct {
     const char *label;
     int step;
@@ -240,6 +247,8 @@ static const row_kind ROWS[] = {
     {"step 3h xor addresses", 3, NULL, run_xor_addresses_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
      tc_cuda_supports_tiles, TC_CUDA_TILES_TEXT, 1},
     {"step 3i key offsets", 3, NULL, run_key_offsets_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
+     key_offsets_cuda_supports_tiles, KEY_OFFSETS_CUDA_TILES_TEXT, 1},
+    {"step 3j rows together", 3, NULL, run_rows_together_cuda, 0, NULL, flash_forward_pipeline_cuda_smem_bytes,
      key_offsets_cuda_supports_tiles, KEY_OFFSETS_CUDA_TILES_TEXT, 1},
 };
 static const int N_ROWS = (int)(sizeof ROWS / sizeof ROWS[0]);
@@ -444,8 +453,8 @@ int main(int argc, char **argv) {
         fa_die("the tensor-core backward (step 4) takes D = 64 or 128 (got %lld); use --impl cpu for other sizes",
                (long long)opt.shape.D);
     // Checked in a build without CUDA too, so that a command line means the same on every machine. A GPU row whose
-    // kernels are not compiled for the tiles is skipped with a note (--step 3 --block-n 128 runs step 3i alone);
-    // tiles that no selected step's GPU row is compiled for are refused.
+    // kernels are not compiled for the tiles is skipped with a note (--step 3 --block-n 128 runs steps 3i and 3j
+    // alone); tiles that no selected step's GPU row is compiled for are refused.
     const row_kind *refused = NULL;
     int gpu_steps_for_tiles = 0;
     for (int r = 0; r < N_ROWS; r++) {

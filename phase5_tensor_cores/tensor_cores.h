@@ -24,8 +24,9 @@
 //   step 3h (3h_xor_addresses_cuda.cu): + each lane's ldmatrix addresses computed once, every later one a single
 //                          XOR (the swizzle) and an offset; GPU only, its CPU twin is step 3's.
 //   step 3i (3i_key_offsets_cuda.cu): + the max-key search and the mask on 32-bit offsets within the tile (a
-//                          constant per score of the unrolled loop); GPU only, its CPU twin is step 3's. The fastest
-//                          forward of this phase.
+//                          constant per score of the unrolled loop); GPU only, its CPU twin is step 3's.
+//   step 3j (3j_rows_together_cuda.cu): + the maxima of each lane's four rows found side by side, their searches
+//                          after; GPU only, its CPU twin is step 3's. The fastest forward of this phase.
 // All keep phase 3's causal pruning (causal_tile_stage) and store the LSE.
 //
 // Types: Q, K and V are dtype (FA_DTYPE_FP16 or FA_DTYPE_BF16, fa_half.h): uint16_t bits on the host, the same bits
@@ -61,7 +62,7 @@ void flash_forward_swizzle_cuda(const fa_shape *shape, int dtype, int block_m, i
                                 const tc_forward_tensors *t);
 void flash_forward_cp_async_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                  const tc_forward_tensors *t);
-// Steps 3c to 3i, the CUDA kernels alone (their CPU twin is flash_forward_pipeline_cpu): the arguments of step 3,
+// Steps 3c to 3j, the CUDA kernels alone (their CPU twin is flash_forward_pipeline_cpu): the arguments of step 3,
 // and its shared memory (flash_forward_pipeline_cuda_smem_bytes).
 void flash_forward_two_row_blocks_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                        const tc_forward_tensors *t);
@@ -75,9 +76,11 @@ void flash_forward_xor_addresses_cuda(const fa_shape *shape, int dtype, int bloc
                                       const tc_forward_tensors *t);
 void flash_forward_key_offsets_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                     const tc_forward_tensors *t);
-// Step 3i is also compiled for 128 x 128, the tile FlashAttention-2 takes at D = 64: each K/V tile then serves 128
-// keys, so what a tile costs besides its products (the barriers, the copy wait, the row max's shuffles, rescaling O)
-// comes half as often per key (docs/06, "Wider key tiles").
+void flash_forward_rows_together_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                      const tc_forward_tensors *t);
+// Steps 3i and 3j are also compiled for 128 x 128, the tile FlashAttention-2 takes at D = 64: each K/V tile then
+// serves 128 keys, so what a tile costs besides its products (the barriers, the copy wait, the row max's shuffles,
+// rescaling O) comes half as often per key (docs/06, "Wider key tiles"). Step 3j has step 3i's tiles.
 #define KEY_OFFSETS_CUDA_TILES_TEXT "64x64, 128x64 or 128x128"
 static inline int key_offsets_cuda_supports_tiles(int block_m, int block_n) {
     return tc_cuda_supports_tiles(block_m, block_n) || (block_m == 128 && block_n == 128);

@@ -28,9 +28,10 @@ foreach(entry ${phase5_half_shapes})
   endforeach()
 endforeach()
 
-# Step 3 alone (--step 3: the rows 3a swizzle, 3b cp.async, 3 pipeline and 3c to 3i, one technique each; 3a, 3b and
-# 3c to 3i are GPU rows, their CPU twins are steps 2 and 3) on the odd shapes: lengths one past a tile, Sq != Sk both
-# ways, one query row, causal with Sq > Sk, every CUDA tile (128 x 128: step 3i alone, the other GPU rows skipped).
+# Step 3 alone (--step 3: the rows 3a swizzle, 3b cp.async, 3 pipeline and 3c to 3j, one technique each; 3a, 3b and
+# 3c to 3j are GPU rows, their CPU twins are steps 2 and 3) on the odd shapes: lengths one past a tile, Sq != Sk both
+# ways, one query row, causal with Sq > Sk, every CUDA tile (128 x 128: steps 3i and 3j alone, the other GPU rows
+# skipped).
 set(phase5_step3_shapes
   "B2_H2_Sq129_Sk65_D64_causal|--B|2|--H|2|--Sq|129|--Sk|65|--D|64|--causal"
   "B2_H2_Sq65_Sk129_D128|--B|2|--H|2|--Sq|65|--Sk|129|--D|128"

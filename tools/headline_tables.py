@@ -375,6 +375,9 @@ TABLES = {   # name -> (where the docs show it, the function)
                                    lambda log: table_phase5_backward_steps(log, 16384)),
     "phase5-key-tiles-long": ("docs/06-tensor-cores.md, step 3i's two tiles, S = 16384",
                               lambda log: table_phase5_key_tiles(log, 16384)),
+    "phase5-rows": ("docs/06-tensor-cores.md, step 3j beside step 3i", lambda log: table_phase5_rows(log, 4096)),
+    "phase5-rows-long": ("docs/06-tensor-cores.md, step 3j beside step 3i, S = 16384",
+                         lambda log: table_phase5_rows(log, 16384)),
     "step4-backward": ("docs/07-tensor-core-backward.md, What the driver shows", table_step4_backward),
     "phase6-off": ("docs/08-extensions.md, What each feature costs when it is off", table_phase6_off),
     "phase6-backward": ("docs/08-extensions.md, The backward passes, timed", table_phase6_backward),
@@ -407,6 +410,27 @@ def table_phase5_key_tiles(log, S):
                                       ("FlashAttention-2", "pytorch-flash")), "",
                                 ("duration", "instructions", "tensor_busy", "wavefronts", "registers", "warps",
                                  "no_eligible"))
+
+
+def table_phase5_rows(log, S):
+    """Steps 3i and 3j at their two 128-row tiles beside PyTorch's FlashAttention-2 from the same run (a log of
+    `--step 3` runs at both tiles and `tools/pytorch_compare.py`, as for table_phase5_key_tiles), at S = 4096 (B=4) or
+    16384 (B=1)."""
+    B = 4 if S == 4096 else 1
+    step = lambda label, tiles: lambda dtype, s: log.row("phase5_tensor_cores", f"{label} {dtype}", s[1], D=s[0],
+                                                         dtype=dtype, step=3, S=S, block_n=tiles)
+    fa2 = lambda dtype, s: torch_row(log, f"sdpa flash {dtype}", s[0], s[1], S)
+    out = [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
+                      "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
+                      "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",
+                      "medians of 10 runs after 2"), "",
+           f"| forward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    rows = (("step 3i, 128 x 64 tiles", step("step 3i key offsets", None)),
+            ("step 3j, 128 x 64 tiles", step("step 3j rows together", None)),
+            ("step 3i, 128 x 128 tiles", step("step 3i key offsets", 128)),
+            ("step 3j, 128 x 128 tiles", step("step 3j rows together", 128)),
+            ("PyTorch FlashAttention-2", fa2))
+    return out + half_rows_beside(rows, fa2, "FlashAttention-2")
 
 
 def table_phase5_backward_steps(log, S):
