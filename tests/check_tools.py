@@ -251,12 +251,14 @@ def check_headline(tools, build, out):
     proc = run([sys.executable, script, path])
     expect(proc.returncode == 2 and proc.stderr.startswith("error:") and "phase4_backward" in proc.stderr,
            f"a log without phase 4: exit {proc.returncode}, stderr {proc.stderr.strip()}")
-    # Two tables off committed H200 logs, each of which must hold its log's bf16 D = 64 non-causal row, as the log
-    # printed it in GFLOP/s: step 3i's 128 x 128 tiles beside FlashAttention-2 (the `--block-n 128` run), and step 4d's
-    # backward beside it.
+    # Three tables off committed H200 logs, each of which must hold its log's bf16 D = 64 non-causal row, as the log
+    # printed it in GFLOP/s: steps 3i's and 3j's 128 x 128 tiles beside FlashAttention-2 (the `--block-n 128` run), and
+    # step 4d's backward beside it.
     figures = os.path.join(os.path.dirname(os.path.abspath(tools)), "docs", "figures")
     expect_log_row_in_table(script, os.path.join(figures, "h200-phase5-key-tiles.log"), "phase5-key-tiles",
                             "--block-n 128 --dtype bf16 --B 4", "step 3i key offsets", "step 3i, 128 x 128 tiles")
+    expect_log_row_in_table(script, os.path.join(figures, "h200-phase5-rows.log"), "phase5-rows",
+                            "--block-n 128 --dtype bf16 --B 4", "step 3j rows together", "step 3j, 128 x 128 tiles")
     expect_log_row_in_table(script, os.path.join(figures, "h200-phase5-backward.log"), "phase5-backward-steps",
                             "--dtype bf16 --B 4", "step 4d bwd det", "step 4d (one more block)")
 
