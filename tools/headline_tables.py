@@ -385,20 +385,26 @@ TABLES = {   # name -> (where the docs show it, the function)
 }
 
 
+def phase5_tiles_header(log, S):
+    """The source line and the header of a table of `--step 3` runs at both 128-row tiles beside FlashAttention-2, at
+    S = 4096 (B=4) or 16384 (B=1)."""
+    B = 4 if S == 4096 else 1
+    return [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
+                       "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
+                       "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",
+                       "medians of 10 runs after 2"), "",
+            f"| forward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+
+
 def table_phase5_key_tiles(log, S):
     """Step 3i at its two 128-row tiles, 128 x 64 and 128 x 128, beside PyTorch's FlashAttention-2 from the same run
     (a log of `--step 3` runs at both tiles and `tools/pytorch_compare.py`), at S = 4096 (B=4) or 16384 (B=1); at
     S = 4096 also the profiler's counts at D = 64 / 128, non-causal, bf16 (tools/profile.sh's reports beside the log,
     under the log's GPU prefix: h200-ncu-step3i-key_offsets-d64.txt for h200-....log)."""
-    B = 4 if S == 4096 else 1
     i3 = lambda dtype, tiles, s: log.row("phase5_tensor_cores", f"step 3i key offsets {dtype}", s[1], D=s[0],
                                          dtype=dtype, step=3, S=S, block_n=tiles)
     fa2 = lambda dtype, s: torch_row(log, f"sdpa flash {dtype}", s[0], s[1], S)
-    out = [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
-                      "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
-                      "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",
-                      "medians of 10 runs after 2"), "",
-           f"| forward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    out = phase5_tiles_header(log, S)
     rows = (("step 3i, 128 x 64 tiles", lambda d, s: i3(d, None, s)),
             ("step 3i, 128 x 128 tiles", lambda d, s: i3(d, 128, s)),
             ("PyTorch FlashAttention-2", fa2))
@@ -416,15 +422,10 @@ def table_phase5_rows(log, S):
     """Steps 3i and 3j at their two 128-row tiles beside PyTorch's FlashAttention-2 from the same run (a log of
     `--step 3` runs at both tiles and `tools/pytorch_compare.py`, as for table_phase5_key_tiles), at S = 4096 (B=4) or
     16384 (B=1)."""
-    B = 4 if S == 4096 else 1
     step = lambda label, tiles: lambda dtype, s: log.row("phase5_tensor_cores", f"{label} {dtype}", s[1], D=s[0],
                                                          dtype=dtype, step=3, S=S, block_n=tiles)
     fa2 = lambda dtype, s: torch_row(log, f"sdpa flash {dtype}", s[0], s[1], S)
-    out = [log.source(f"B={B}, H=16, S={S}, TFLOP/s by the suite's convention, fp16 / bf16",
-                      "`phase5_tensor_cores --impl cuda --step 3` at each tile (`--block-m 128 --block-n 128` for "
-                      "the wide one) and PyTorch's rows by `tools/pytorch_compare.py`, same run",
-                      "medians of 10 runs after 2"), "",
-           f"| forward, B={B} H=16 S={S} | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    out = phase5_tiles_header(log, S)
     rows = (("step 3i, 128 x 64 tiles", step("step 3i key offsets", None)),
             ("step 3j, 128 x 64 tiles", step("step 3j rows together", None)),
             ("step 3i, 128 x 128 tiles", step("step 3i key offsets", 128)),
