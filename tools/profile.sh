@@ -2,7 +2,7 @@
 # tools/profile.sh BINDIR LOGDIR - what limits each GPU step of phase 5: Nsight Compute (ncu) on one launch of every
 # step's kernel, and for comparison of PyTorch's FlashAttention-2 kernels and its float32 memory-efficient forward
 # (step 1's comparison), at the headline shape (B=4 H=16 S=4096, bf16 (float32 for PyTorch's float32 kernel),
-# non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3i (chapter 06), the backward steps' kernels, dK/dV and
+# non-causal), D=64 and D=128: the forward steps 1, 2, 3a to 3j (chapter 06), the backward steps' kernels, dK/dV and
 # dQ (steps 4 to 4d), and the atomic variant's dK/dV kernel (chapter 07); with the pass "naive", phase 1's three
 # float32 kernels at the same shape (chapter 01: what bounds them, since it is not HBM traffic). One text report per
 # kernel and D in LOGDIR (ncu-<kernel>-d<D>.txt), and LOGDIR/ncu-summary.txt: the lines the chapters quote, side by
@@ -15,7 +15,7 @@
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
 # FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_STEPS the forward steps (default "1 2 3a 3b 3 3c 3d 3e
-# 3f 3g 3h 3i 3i128", the last step 3i at 128 x 128 tiles), FA_PROFILE_BACKWARD the backward steps (default "4 4b 4c 4d
+# 3f 3g 3h 3i 3i128 3j 3j128", 3i128 and 3j128 at 128 x 128 tiles), FA_PROFILE_BACKWARD the backward steps (default "4 4b 4c 4d
 # atomic flash"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive" too on request, e.g.
 # FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
 # on the PATH (or /usr/local/cuda/bin/ncu).
@@ -52,15 +52,15 @@ inst_executed_pipe|smsp__inst_executed.sum|bank_conflicts|wavefronts_mem_shared|
 for D in $HEAD_DIMS; do
     if [[ " $PASSES " == *" forward "* ]]; then
         # Steps 3a (swizzle), 3b (cp.async), 3c (two row blocks), 3d (exp2 ftz), 3e (copy loop), 3f (lazy
-        # rescale), 3g (loop invariants), 3h (xor addresses) and 3i (key offsets) are rows of --step 3, beside step
-        # 3 itself: the regex picks the kernel.
-        # "3i128" is step 3i at 128 x 128 tiles (with those tiles --step 3 runs step 3i alone).
-        for step in ${FA_PROFILE_STEPS:-1 2 3a 3b 3 3c 3d 3e 3f 3g 3h 3i 3i128}; do
+        # rescale), 3g (loop invariants), 3h (xor addresses), 3i (key offsets) and 3j (rows together) are rows of
+        # --step 3, beside step 3 itself: the regex picks the kernel.
+        # "3i128" and "3j128" are steps 3i and 3j at 128 x 128 tiles (with those tiles --step 3 runs them alone).
+        for step in ${FA_PROFILE_STEPS:-1 2 3a 3b 3 3c 3d 3e 3f 3g 3h 3i 3i128 3j 3j128}; do
             kernel=$(case $step in 1) echo regtile;; 2) echo mma;; 3a) echo swizzle;; 3b) echo cp_async;;
                      3) echo pipeline;; 3c) echo two_row_blocks;; 3d) echo exp2_ftz;; 3e) echo copy_loop;;
                      3f) echo lazy_rescale;; 3g) echo loop_invariants;; 3h) echo xor_addresses;;
-                     3i|3i128) echo key_offsets;; esac)
-            tiles=$([ "$step" = 3i128 ] && echo "--block-m 128 --block-n 128")
+                     3i|3i128) echo key_offsets;; 3j|3j128) echo rows_together;; esac)
+            tiles=$([ "${step#??}" = 128 ] && echo "--block-m 128 --block-n 128")
             profile "step$step-$kernel-d$D" "flash_forward_${kernel}_kernel" "$BIN/phase5_tensor_cores" --impl cuda \
                 --dtype bf16 --step "${step:0:1}" $tiles --B 4 --H 16 --S 4096 --D $D --check-heads 1 --warmup 0 \
                 --iters 1
