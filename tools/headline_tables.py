@@ -421,7 +421,7 @@ def table_phase5_key_tiles(log, S):
 def table_phase5_rows(log, S):
     """Steps 3i and 3j at their two 128-row tiles beside PyTorch's FlashAttention-2 from the same run (a log of
     `--step 3` runs at both tiles and `tools/pytorch_compare.py`, as for table_phase5_key_tiles), at S = 4096 (B=4) or
-    16384 (B=1)."""
+    16384 (B=1); at S = 4096 also the profiler's counts (tools/profile.sh's reports beside the log)."""
     step = lambda label, tiles: lambda dtype, s: log.row("phase5_tensor_cores", f"{label} {dtype}", s[1], D=s[0],
                                                          dtype=dtype, step=3, S=S, block_n=tiles)
     fa2 = lambda dtype, s: torch_row(log, f"sdpa flash {dtype}", s[0], s[1], S)
@@ -431,7 +431,17 @@ def table_phase5_rows(log, S):
             ("step 3i, 128 x 128 tiles", step("step 3i key offsets", 128)),
             ("step 3j, 128 x 128 tiles", step("step 3j rows together", 128)),
             ("PyTorch FlashAttention-2", fa2))
-    return out + half_rows_beside(rows, fa2, "FlashAttention-2")
+    out += half_rows_beside(rows, fa2, "FlashAttention-2")
+    if S != 4096:
+        return out
+    return out + profiler_table(log, (("step 3i, 128 x 64", "step3i-key_offsets"),
+                                      ("step 3j, 128 x 64", "step3j-rows_together"),
+                                      ("step 3i, 128 x 128", "step3i128-key_offsets"),
+                                      ("step 3j, 128 x 128", "step3j128-rows_together"),
+                                      ("FlashAttention-2", "pytorch-flash")),
+                                "step 3j's reports from a later profiling run than step 3i's and FlashAttention-2's; ",
+                                ("duration", "instructions", "tensor_busy", "wavefronts", "registers", "warps",
+                                 "no_eligible"))
 
 
 def table_phase5_backward_steps(log, S):
