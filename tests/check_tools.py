@@ -330,6 +330,11 @@ def check_hopper(tools, root, out):
     rows = os.path.join(root, "docs", "figures", "h200-phase7-rows.log")
     proc = subprocess.run([sys.executable, script, rows, "--table", "rows"], capture_output=True, text=True)
     expect(proc.returncode == 0 and proc.stdout.count("step 4j / cuDNN") == 4, f"--table rows: exit {proc.returncode}")
+    # Every variant of step 4 on the same log: eleven steps, cuDNN and one ratio row; steps 4 to 4b have no 192-row
+    # kernel, so their D = 64 cells are dashes.
+    proc = subprocess.run([sys.executable, script, rows, "--table", "step4"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("\n") == 15 and "| step 4b exp2 ftz | - | - | " in proc.stdout
+           and proc.stdout.count("step 4j / cuDNN") == 1, f"--table step4: exit {proc.returncode}")
     proc = subprocess.run([sys.executable, script, rows, "--table", "samples"], capture_output=True, text=True)
     export = os.path.join(root, "docs", "figures", "h200-phase7-ncu-source-step4j-d64.csv.gz")
     with gzip.open(export, "rt") as f:

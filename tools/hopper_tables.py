@@ -8,7 +8,7 @@ persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of
 stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16), groups (the same
 with step 4h after 4g, and step 4h's ratio to cuDNN), descriptors (steps 4h and 4i beside cuDNN, and step 4i's ratio
 to cuDNN, at both shapes in bf16 and fp16), rows (steps 4h to 4j beside cuDNN, and step 4j's ratio to cuDNN, the
-same shapes),
+same shapes), step4 (every variant of step 4 in its best tiles beside cuDNN, bf16, S=4096: a log of step 4's rows),
 backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
 backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
 summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
@@ -137,6 +137,32 @@ def table_persistent(rows, torch, steps=PERSISTENT, shapes=((4096, "bf16"), (409
             step = lambda D, c: rows[(dtype, S, D, c, best_tiles(D), dict(steps)[ratio])]
             lines.append(f"| S = {S}, {ratio} / cuDNN, {dtype} | " + " | ".join(
                 f"{step(D, c) / torch[('cudnn', False, dtype, S, D, c)]:.2f}" for D, c in SHAPES) + " |")
+    return "\n".join(lines)
+
+
+STEP4 = (("step 4 ping-pong", "step 4 ping-pong"), ("step 4a wide wgmma", "step 4a wide wgmma"),
+         ("step 4b exp2 ftz", "step 4b exp2 ftz"), ("step 4c three consumers", "step 4c three consumers"),
+         ("step 4d split barriers", "step 4d split barriers"), ("step 4e overlap in turn", "step 4e overlap in turn"),
+         ("step 4f persistent", "step 4f persistent"), ("step 4g stages once", "step 4g stages once"),
+         ("step 4h L2 head groups", "step 4h l2 head groups"),
+         ("step 4i descriptors built once", "step 4i descriptors"), ("step 4j rows together", "step 4j rows together"))
+
+
+def table_step4(rows, torch, S=4096, dtype="bf16"):
+    """Every variant of step 4 in one run, each in its best tiles (192 x 128 at D = 64, where steps 4 to 4b, whose
+    kernels have no 192-row tiles, show a dash; 128 x 128 at D = 128), beside cuDNN and with step 4j's ratio to it: a
+    log of step 4's rows and PyTorch's forwards (h200-phase7-rows.log)."""
+    lines = [HEADER]
+    no_192 = ("step 4 ping-pong", "step 4a wide wgmma", "step 4b exp2 ftz")
+    for name, label in STEP4:
+        lines.append(f"| {name} | " + " | ".join(
+            "-" if D == 64 and label in no_192 else cell(rows, (dtype, S, D, c, best_tiles(D), label))
+            for D, c in SHAPES) + " |")
+    lines.append("| PyTorch cuDNN | " + " | ".join(cell(torch, ("cudnn", False, dtype, S, D, c)) for D, c in SHAPES)
+                 + " |")
+    step4j = lambda D, c: rows[(dtype, S, D, c, best_tiles(D), "step 4j rows together")]
+    lines.append("| step 4j / cuDNN | " + " | ".join(
+        f"{step4j(D, c) / torch[('cudnn', False, dtype, S, D, c)]:.2f}" for D, c in SHAPES) + " |")
     return "\n".join(lines)
 
 
@@ -370,8 +396,8 @@ def ncu_summary_path(log):
 
 
 def main(argv):
-    tables = ("forward", "long", "persistent", "stages", "groups", "descriptors", "rows", "backward", "backward-long",
-              "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "opcodes", "samples")
+    tables = ("forward", "long", "persistent", "stages", "groups", "descriptors", "rows", "step4", "backward",
+              "backward-long", "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "opcodes", "samples")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
@@ -397,6 +423,7 @@ def main(argv):
            "groups": lambda r, t: table_persistent(r, t, GROUPS, STAGES_SHAPES, "step 4h"),
            "descriptors": lambda r, t: table_persistent(r, t, DESCRIPTORS, ratio="step 4i"),
            "rows": lambda r, t: table_persistent(r, t, ROWS_TOGETHER, ratio="step 4j"),
+           "step4": table_step4,
            "backward": table_backward,
            "backward-long": table_backward_long}[name](rows, torch))
     return 0
