@@ -70,7 +70,8 @@ foreach(dtype fp16 bf16)
       endif()
       fa_add_check_test(NAME ${name} LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
                         ARGS --dtype ${dtype} --B 4 --H 16 --S 4096 --D ${D} ${causal} --check-heads 2)
-      fa_add_check_test(NAME ${name}_step3i_tile128x128 LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
+      # With 128 x 128 tiles --step 3 runs steps 3i and 3j, the two compiled for them.
+      fa_add_check_test(NAME ${name}_step3ij_tile128x128 LABEL phase5 BINARY phase5_tensor_cores IMPL cuda BIG
                         ARGS --step 3 --block-m 128 --block-n 128 --dtype ${dtype} --B 4 --H 16 --S 4096 --D ${D}
                              ${causal} --check-heads 2)
     endforeach()
