@@ -4,8 +4,8 @@
 // What it changes against step 4i (phase7_hopper/4i_descriptors_once_cuda.cu): each lane holds scores of two rows,
 //   and softmax_tile() found their maxima one row after the other: the row's chain of FMNMX, its two shuffles, then
 //   the branch that copies its scores where its max moved (update_max_tile, max_key.cuh). The branch closes the
-//   row: nothing of the next row starts before it. Nsight Compute's stall samples put a quarter of step 4i's
-//   consumer time at D = 64 in that stretch, most of it waiting on the last result (docs/09-hopper.md, step 4j).
+//   row: nothing of the next row starts before it. Nsight Compute's stall samples put a fifth of step 4i's time at
+//   D = 64 on the FMNMX chains and their shuffles, most of it waiting on the last result (docs/09-hopper.md, 4j).
 //   Here one loop feeds both rows' chains, their shuffles go out two by two, and the two branches come last, so
 //   each latency is paid once for both rows.
 // A max is the same in any order: each tile is computed as in step 4i, the same bits.
