@@ -21,7 +21,7 @@
 //   step 4h (4h_l2_head_groups_*): step 4g with its causal queue's heavy tiles taken in groups of heads whose K and
 //                       V fit in half the L2, heaviest first inside each group, and the lightest tiles of all last.
 //   step 4i (4i_descriptors_once_*): step 4h with its wgmma descriptors built once, in uniform registers.
-//   step 4j (4j_rows_together_*): step 4i with the maxima of each lane's two rows found side by side.
+//   step 4j (4j_two_rows_together_*): step 4i with the maxima of each lane's two rows found side by side.
 //   step 5 (5_overlap_*): step 3 with two wgmma groups in flight in each consumer: tile n's softmax runs while the
 //                       tensor cores compute tile n - 1's P V.
 //   step 6 (6_backward_*): the backward: phase 5 step 4's with its dK/dV products on wgmma;
@@ -95,10 +95,10 @@ void flash_forward_l2_head_groups_cuda(const fa_shape *shape, int dtype, int blo
 // same tiles, arguments, shared memory and bits.
 void flash_forward_descriptors_once_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                          const tc_forward_tensors *t);
-// Step 4j (4j_rows_together_cuda.cu): step 4i with the two rows' maxima side by side in softmax_tile(); the same tiles,
-// arguments, shared memory and bits.
-void flash_forward_rows_together_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
-                                      const tc_forward_tensors *t);
+// Step 4j (4j_two_rows_together_cuda.cu): step 4i with the two rows' maxima side by side in softmax_tile(); the same
+// tiles, arguments, shared memory and bits. (Phase 5's step 3j does the same for four rows per lane.)
+void flash_forward_two_rows_together_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                          const tc_forward_tensors *t);
 
 void flash_forward_overlap_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                 const tc_forward_tensors *t);

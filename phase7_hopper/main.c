@@ -111,9 +111,9 @@ static void run_descriptors_once_cuda(void *p) {
     const row_args *a = p;
     flash_forward_descriptors_once_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
-static void run_rows_together_cuda(void *p) {
+static void run_two_rows_together_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_rows_together_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+    flash_forward_two_rows_together_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 #else
 #define run_pipeline_cuda NULL   // phase 7 is built for sm_90a only (phase7_hopper/CMakeLists.txt)
@@ -130,7 +130,7 @@ static void run_rows_together_cuda(void *p) {
 #define run_stages_once_cuda NULL
 #define run_l2_head_groups_cuda NULL
 #define run_descriptors_once_cuda NULL
-#define run_rows_together_cuda NULL
+#define run_two_rows_together_cuda NULL
 #define run_overlap_cuda NULL
 #endif
 
@@ -190,7 +190,7 @@ static const row_kind ROWS[] = {
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 4i descriptors", 4, NULL, run_descriptors_once_cuda, flash_forward_persistent_cuda_smem_bytes,
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
-    {"step 4j rows together", 4, NULL, run_rows_together_cuda, flash_forward_persistent_cuda_smem_bytes,
+    {"step 4j rows together", 4, NULL, run_two_rows_together_cuda, flash_forward_persistent_cuda_smem_bytes,
      hopper_many_consumers_supports, HOPPER_MANY_CONSUMERS_TILES_TEXT},
     {"step 5 overlap", 5, NULL, run_overlap_cuda, flash_forward_warp_specialized_cuda_smem_bytes,
      warp_specialized_tiles, HOPPER_WS_CUDA_TILES_TEXT},

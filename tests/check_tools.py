@@ -8,11 +8,13 @@
                                               saved outputs of phases 2-4 where they are built
     check_tools.py headline TOOLS BUILD OUT   headline_tables.py on a log of the headline commands (run small, on the
                                               CPU, their rows relabelled cuda): the tables hold the log's numbers;
-                                              and on the committed H200 logs of step 3i's tiles and steps 4b to 4d
+                                              and on the committed H200 logs of steps 3i's and 3j's tiles and steps
+                                              4b to 4d
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
-                                              log row's number found in its table (step 4h's on its own log; the
-                                              instruction mix's total from its report); a log lacking rows or
-                                              reports, or holding a failed check, refused with one "error:" line;
+                                              log row's number found in its table (steps 4h, 4i and 4j on their own
+                                              logs; the instruction mix's and the stall samples' totals from their
+                                              reports); a log lacking rows or reports, or holding a failed check,
+                                              refused with one "error:" line;
                                               hopper_bench.sh's refusals (no phase7_hopper, a bad PARTS): one line,
                                               exit 2
     check_tools.py cpu-compare TOOLS ROOT OUT cpu_compare.py --table on the committed CPU logs: each row's median is

@@ -62,8 +62,8 @@ static const step_kind STEPS[] = {
     {"step 4h l2 head groups", flash_forward_l2_head_groups_cuda, 192, 128, 64},
     {"step 4i descriptors", flash_forward_descriptors_once_cuda, 128, 128, 0},
     {"step 4i descriptors", flash_forward_descriptors_once_cuda, 192, 128, 64},
-    {"step 4j rows together", flash_forward_rows_together_cuda, 128, 128, 0},
-    {"step 4j rows together", flash_forward_rows_together_cuda, 192, 128, 64},
+    {"step 4j rows together", flash_forward_two_rows_together_cuda, 128, 128, 0},
+    {"step 4j rows together", flash_forward_two_rows_together_cuda, 192, 128, 64},
     {"step 5 overlap", flash_forward_overlap_cuda, 128, 128, 0},
 };
 

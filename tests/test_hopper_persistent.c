@@ -40,7 +40,7 @@ static const struct {
              {"step 4g", flash_forward_stages_once_cuda},
              {"step 4h", flash_forward_l2_head_groups_cuda},
              {"step 4i", flash_forward_descriptors_once_cuda},
-             {"step 4j", flash_forward_rows_together_cuda}};
+             {"step 4j", flash_forward_two_rows_together_cuda}};
 
 // The first element where a and b differ, or -1.
 static int64_t first_difference(const float *a, const float *b, int64_t n) {

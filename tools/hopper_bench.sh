@@ -9,7 +9,7 @@
 #
 # Shapes: B=4 H=16 S=4096 and B=1 H=16 S=16384; D=64 and 128; causal and not; bf16 and fp16. Tiles: 128x64 (phase 5
 # step 3 has no larger one; phase 7's steps at 128x64 too), 128x128 (phase 7 only) and, at D=64, 192x128 (steps 4c
-# to 4i, three consumer warpgroups). Medians of 10 runs after 2.
+# to 4j, three consumer warpgroups). Medians of 10 runs after 2.
 set -uo pipefail
 BIN=${1:?usage: tools/hopper_bench.sh BINDIR LOGDIR [time|profile|all]}
 LOGDIR=${2:?usage: tools/hopper_bench.sh BINDIR LOGDIR [time|profile|all]}
@@ -102,7 +102,7 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
                "4g stages_once 4 128 128 128" "4g-d64 stages_once 4 64 192 128" \
                "4h l2_head_groups 4 128 128 128" "4h-d64 l2_head_groups 4 64 192 128" \
                "4i descriptors_once 4 128 128 128" "4i-d64 descriptors_once 4 64 192 128" \
-               "4j rows_together 4 128 128 128" "4j-d64 rows_together 4 64 192 128" \
+               "4j two_rows_together 4 128 128 128" "4j-d64 two_rows_together 4 64 192 128" \
                "4g-causal stages_once 4 128 128 128 --causal" "4g-d64-causal stages_once 4 64 192 128 --causal" \
                "4h-causal l2_head_groups 4 128 128 128 --causal" \
                "4h-d64-causal l2_head_groups 4 64 192 128 --causal"; do

@@ -348,25 +348,16 @@ TURN_WAIT = "waiting for its turn at a named barrier (any instruction, the reaso
 
 def read_source(path):
     """{group: [instructions executed, stall samples]} from one per-instruction export."""
-    import csv
-    import gzip
-    try:
-        with gzip.open(path, "rt") as f:
-            rows = list(csv.reader(f))
-        header = rows[1]
-        src, executed = header.index("Source"), header.index("Instructions Executed")
-        samples, at_barrier = header.index("Warp Stall Sampling (All Samples)"), header.index("stall_barrier")
-    except (OSError, EOFError, IndexError, ValueError) as e:
-        die(f"cannot read {path} as an Nsight Compute source export: {e}")
+    from ncu_source_diff import opcode, read_export   # the export's reader, tools/ncu_source_diff.py
     groups = {}
-    for row in rows[2:]:
-        words = row[src].split()
-        op = (words[1] if words and words[0].startswith("@") else words[0] if words else "").split(".")[0]
+    for _, text, executed, samples, at_barrier in read_export(path, ("Warp Stall Sampling (All Samples)",
+                                                                      "stall_barrier")):
+        op = opcode(text).split(".")[0]
         group = next((label for label, ops in SAMPLE_GROUPS if op in ops), "everything else")
         counts, waiting = groups.setdefault(group, [0, 0]), groups.setdefault(TURN_WAIT, [0, 0])
-        counts[0] += int(row[executed] or 0)
-        counts[1] += int(row[samples] or 0) - int(row[at_barrier] or 0)
-        waiting[1] += int(row[at_barrier] or 0)
+        counts[0] += executed
+        counts[1] += samples - at_barrier
+        waiting[1] += at_barrier
     return groups
 
 

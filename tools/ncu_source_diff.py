@@ -31,8 +31,9 @@ def die(message):
     sys.exit(2)
 
 
-def read_export(path):
-    """[(address, instruction, executed)] in the order of the export."""
+def read_export(path, extra=()):
+    """[(address, instruction, executed, *extra)] in the order of the export: extra names more columns of counts
+    (the stall samples, "Warp Stall Sampling (All Samples)" or "stall_barrier", say), read as ints."""
     try:
         with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             rows = list(csv.reader(f))
@@ -41,14 +42,24 @@ def read_export(path):
     header = next((r for r in rows[:5] if "Instructions Executed" in r and "Address" in r), None)
     if header is None:
         die(f"{path}: no 'Address' and 'Instructions Executed' columns (not an ncu --page source --csv export)")
+    missing = [name for name in extra if name not in header]
+    if missing:
+        die(f"{path}: no {', '.join(repr(name) for name in missing)} column (the SourceCounters section exports it)")
     at, source, executed = header.index("Address"), header.index("Source"), header.index("Instructions Executed")
+    counts = [executed] + [header.index(name) for name in extra]
     out = []
     for r in rows[rows.index(header) + 1:]:
         try:
-            out.append((int(r[at], 16), r[source].strip(), int(r[executed])))
+            out.append((int(r[at], 16), r[source].strip(), *(int(r[i] or 0) for i in counts)))
         except (ValueError, IndexError):
             die(f"{path}: a row that is not an instruction: {r[:3]}")
     return out
+
+
+def opcode(text):
+    """The instruction's opcode with its modifiers ("SHFL.BFLY"), its predicate ("@!P0") left out."""
+    words = text.split()
+    return words[1] if words and words[0].startswith("@") else words[0] if words else ""
 
 
 def main(argv):
@@ -62,7 +73,6 @@ def main(argv):
     causal, plain = read_export(argv[0]), read_export(argv[1])
     # The same binary: the same instructions at the same offsets (branch targets are absolute addresses, which
     # differ from run to run, so the operands are not compared).
-    opcode = lambda text: text.split()[1] if text.startswith("@") else text.split()[0] if text else ""
     if len(causal) != len(plain) or any(a[0] - causal[0][0] != b[0] - plain[0][0] or opcode(a[1]) != opcode(b[1])
                                         for a, b in zip(causal, plain)):
         die("the two exports are not of the same kernel binary (their instructions differ)")

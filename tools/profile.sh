@@ -15,10 +15,9 @@
 #   MemoryWorkloadAnalysis_Tables          shared-memory bank conflicts
 #   the metrics below                      the tensor pipe's share of cycles, the instructions on each pipe
 # FA_PROFILE_D picks head dims (default "64 128"), FA_PROFILE_STEPS the forward steps (default "1 2 3a 3b 3 3c 3d 3e
-# 3f 3g 3h 3i 3i128 3j 3j128", 3i128 and 3j128 at 128 x 128 tiles), FA_PROFILE_BACKWARD the backward steps (default "4 4b 4c 4d
-# atomic flash"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive" too on request, e.g.
-# FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu
-# on the PATH (or /usr/local/cuda/bin/ncu).
+# 3f 3g 3h 3i 3i128 3j 3j128", 3i128 and 3j128 at 128 x 128 tiles), FA_PROFILE_BACKWARD the backward steps (default
+# "4 4b 4c 4d atomic flash"), FA_PROFILE_PASSES the passes (default "forward backward"; "naive" too on request, e.g.
+# FA_PROFILE_PASSES=naive FA_PROFILE_D=64); needs ncu on the PATH (or /usr/local/cuda/bin/ncu).
 set -uo pipefail
 BIN=${1:?usage: tools/profile.sh BINDIR LOGDIR}
 LOGDIR=${2:?usage: tools/profile.sh BINDIR LOGDIR}

@@ -1,5 +1,5 @@
-// 4j_rows_together_cuda.cu - phase 7, step 4j, on the GPU: step 4i with the maxima of each lane's two rows found side
-// by side; fp16 or bf16 inputs.
+// 4j_two_rows_together_cuda.cu - phase 7, step 4j, on the GPU: step 4i with the maxima of each lane's two rows found
+// side by side; fp16 or bf16 inputs.
 //
 // What it changes against step 4i (phase7_hopper/4i_descriptors_once_cuda.cu): each lane holds scores of two rows,
 //   and softmax_tile() found their maxima one row after the other: the row's chain of FMNMX, its two shuffles, then
@@ -10,7 +10,7 @@
 //   each latency is paid once for both rows.
 // A max is the same in any order: each tile is computed as in step 4i, the same bits.
 // CPU twin:  phase5_tensor_cores/3_pipeline_cpu.c (the same sums in the same order per tile; only subnormal p differ)
-// Diff:      diff -u phase7_hopper/4i_descriptors_once_cuda.cu phase7_hopper/4j_rows_together_cuda.cu
+// Diff:      diff -u phase7_hopper/4i_descriptors_once_cuda.cu phase7_hopper/4j_two_rows_together_cuda.cu
 // Run:       build/bin/phase7_hopper --impl cuda --step 4 --dtype bf16 --B 4 --H 16 --S 4096 --D 64
 //                --block-m 192 --block-n 128
 //
@@ -288,7 +288,7 @@ __device__ __forceinline__ void pack_p(const float s[][4], uint32_t p_frag[][4])
 // The 1 in __launch_bounds__ gives the kernel a register cap at entry, which setmaxnreg needs.
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__((BLOCK_M / WARPGROUP_ROWS + 1) * WARPGROUP_THREADS, 1)
-flash_forward_rows_together_kernel(const __grid_constant__ forward_params p) {
+flash_forward_two_rows_together_kernel(const __grid_constant__ forward_params p) {
     constexpr int KEY_BLOCKS = BLOCK_N / MMA_N;   // 8-key column blocks of S (one accumulator fragment each)
     constexpr int KEY_STEPS = BLOCK_N / MMA_K;    // wgmma steps of O += P V along the keys
     constexpr int D_BLOCKS = D / MMA_N;           // 8-dimension column blocks of O (one accumulator fragment each)
@@ -519,7 +519,7 @@ static int *tile_counter(void) {
 template <typename T, int D, int BLOCK_M, int BLOCK_N>
 static void launch(const fa_shape *shape, const void *q, fa_strides q_strides, const void *k, fa_strides k_strides,
                    const void *v, fa_strides v_strides, float *o, fa_strides o_strides, float *lse) {
-    auto kernel = flash_forward_rows_together_kernel<T, D, BLOCK_M, BLOCK_N>;
+    auto kernel = flash_forward_two_rows_together_kernel<T, D, BLOCK_M, BLOCK_N>;
     const int smem_bytes = (int)flash_forward_persistent_cuda_smem_bytes(D, BLOCK_M, BLOCK_N);
     const int threads = (BLOCK_M / WARPGROUP_ROWS + 1) * WARPGROUP_THREADS;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
@@ -581,8 +581,8 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_rows_together_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
-                                                 const tc_forward_tensors *t) {
+extern "C" void flash_forward_two_rows_together_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                                     const tc_forward_tensors *t) {
     const void *q = t->q, *k = t->k, *v = t->v;
     const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
     const fa_strides o_strides = t->o_strides;
