@@ -391,8 +391,8 @@ static void launch_head_dim(const fa_shape *shape, int block_m, int block_n, con
     }
 }
 
-extern "C" void flash_forward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
-                                            const tc_forward_tensors *t) {
+extern "C" void flash_forward_wgmma_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                                  const tc_forward_tensors *t) {
     const void *q = t->q, *k = t->k, *v = t->v;
     const fa_strides q_strides = t->q_strides, k_strides = t->k_strides, v_strides = t->v_strides;
     const fa_strides o_strides = t->o_strides;

@@ -32,6 +32,8 @@
 //   step 6e (6e_exp2_ftz_*): step 6d with each exp2 of P^T one MUFU.EX2 (exp2_ftz).
 //   step 6f (6f_overlap_products_*): step 6e with P^T, dS^T and their stores computed while products still run.
 //   step 6g (6g_q_tiles_by_tma_*): step 6f with Q and dO loaded by the TMA onto mbarriers: two barriers a tile fewer.
+//   step 6h (6h_dq_per_warpgroup_*): step 6g with dQ in a buffer of its own, handed to the TMA by each warpgroup.
+//   step 6i (6i_wide_q_tiles_*): step 6h with Q tiles of 128 queries at D = 64.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -66,8 +68,8 @@ void flash_forward_pingpong_cuda(const fa_shape *shape, int dtype, int block_m, 
 void flash_forward_wide_wgmma_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                    const tc_forward_tensors *t);
 
-void flash_forward_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
-                                 const tc_forward_tensors *t);
+void flash_forward_wgmma_exp2_ftz_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
+                                       const tc_forward_tensors *t);
 
 void flash_forward_three_consumers_cuda(const fa_shape *shape, int dtype, int block_m, int block_n,
                                        const tc_forward_tensors *t);
@@ -188,6 +190,24 @@ void flash_backward_q_tiles_by_tma_cuda(const fa_shape *shape, int dtype, int bl
                                         const tc_backward_tensors *t);
 static inline int64_t flash_backward_q_tiles_by_tma_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
     return flash_backward_wgmma_cuda_smem_bytes(D, block_m, block_n) + 2 * 8;
+}
+// Step 6h (6h_dq_per_warpgroup_cuda.cu): step 6g with dQ's shares in a buffer of their own and dS^T in two, each
+// warpgroup handing its dQ columns to the TMA behind its own barrier; step 6g's tiles and arguments, and its shared
+// memory with the second dS^T buffer (BLOCK_N x BLOCK_M halves) and dQ's (BLOCK_M x D float32).
+void flash_backward_dq_per_warpgroup_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                          const tc_backward_tensors *t);
+static inline int64_t flash_backward_dq_per_warpgroup_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    return flash_backward_q_tiles_by_tma_cuda_smem_bytes(D, block_m, block_n) + (int64_t)block_n * block_m * 2 +
+           (int64_t)block_m * D * 4;
+}
+// Step 6i (6i_wide_q_tiles_cuda.cu): step 6h with Q tiles of 128 queries at D = 64 (128 x 128 tiles; 64 x 128 at
+// D = 128, as step 6h); step 6h's arguments and shared memory at those tiles.
+#define HOPPER_WIDE_Q_TILES_TEXT "128x128 at D = 64, 64x128 at D = 128"
+#define HOPPER_WIDE_Q_TILES_BLOCK_M_D64 128
+void flash_backward_wide_q_tiles_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                      const tc_backward_tensors *t);
+static inline int flash_backward_wide_q_tiles_block_m(int64_t D) {
+    return D == 64 ? HOPPER_WIDE_Q_TILES_BLOCK_M_D64 : HOPPER_TWO_WARPGROUPS_BLOCK_M;
 }
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.

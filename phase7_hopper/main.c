@@ -8,9 +8,10 @@
 //      build/bin/phase7_hopper --step 6 --dtype bf16 --Sq 130 --Sk 100 --D 128 --causal --dq both   (the backward)
 // --step 6 is the backward alone: its rows (phase 5 step 4's CPU twin and GPU kernels, step 6 on wgmma, step 6a with
 // its dQ added by the TMA, 6b, its dQ product queued behind dK's, 6c, two warpgroups over 128 keys, 6d, its
-// descriptors built once, 6e, exp2 in one instruction, 6f, the element-wise work beside the products, and 6g, Q and
-// dO by the TMA; 6a to 6g atomic only), in each dQ variant --dq asks for,
-// differentiate a forward's O and LSE (phase 5 step 3's on the CPU, step 3's on the GPU).
+// descriptors built once, 6e, exp2 in one instruction, 6f, the element-wise work beside the products, 6g, Q and dO
+// by the TMA, 6h, dQ handed to the TMA by each warpgroup, and 6i, 128 queries a tile at D = 64; 6a to 6i atomic
+// only), in each dQ variant --dq asks for, differentiate a forward's O and LSE (phase 5 step 3's on the CPU, step
+// 3's on the GPU).
 // The timeline build (target phase7_timeline, timeline.h) also takes --timeline FILE: step 3's warp roles over time,
 // as CSV for tools/plot_timeline.py; the release build refuses it.
 #include "fa_driver.h"
@@ -81,7 +82,7 @@ static void run_wide_wgmma_cuda(void *p) {
 }
 static void run_exp2_ftz_cuda(void *p) {
     const row_args *a = p;
-    flash_forward_exp2_ftz_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
+    flash_forward_wgmma_exp2_ftz_cuda(a->shape, a->dtype, a->block_m, a->block_n, &a->t);
 }
 static void run_three_consumers_cuda(void *p) {
     const row_args *a = p;
@@ -289,6 +290,14 @@ static void run_backward_q_tiles_by_tma_cuda(void *p) {
     const backward_args *a = p;
     flash_backward_q_tiles_by_tma_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
+static void run_backward_dq_per_warpgroup_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_dq_per_warpgroup_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
+static void run_backward_wide_q_tiles_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_wide_q_tiles_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
 #endif
 
 // The CPU twin: phase 5 step 4's backward of phase 5 step 3's forward.
@@ -314,7 +323,8 @@ static void backward_cpu(fa_report *report, const fa_options *opt, const fa_refe
 
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
 // On the GPU: step 3's forward (at 128 x 64, or the tiles asked for when it has them), then phase 5 step 4's backward,
-// step 6's, 6a's and 6b's, at the 64 x 64 tiles their kernels have, and 6c's to 6g's at their 64 x 128.
+// step 6's, 6a's and 6b's, at the 64 x 64 tiles their kernels have, 6c's to 6h's at their 64 x 128
+// and 6i's at 128 x 128 (D = 64) or 64 x 128.
 static void backward_cuda(fa_report *report, const fa_options *opt, const fa_reference *ref,
                           const fa_half_rule *rule, const fa_device_half_inputs *dev, fa_grads host) {
     const fa_shape *s = &opt->shape;
@@ -327,8 +337,8 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
                                         &f);
     if (!tc_backward_cuda_supports_tiles(opt->block_m, opt->block_n))
         fa_report_add_note(report, "the GPU backward rows ran with the only tiles their kernels have, %s (steps 6c "
-                           "to 6g: %s; --block-m %d --block-n %d set the CPU's)", TC_BACKWARD_CUDA_TILES_TEXT,
-                           HOPPER_TWO_WARPGROUPS_TILES_TEXT, opt->block_m, opt->block_n);
+                           "to 6h: %s; 6i: %s; --block-m %d --block-n %d set the CPU's)", TC_BACKWARD_CUDA_TILES_TEXT,
+                           HOPPER_TWO_WARPGROUPS_TILES_TEXT, HOPPER_WIDE_Q_TILES_TEXT, opt->block_m, opt->block_n);
     fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                        fa_gpu_alloc(fa_numel_kv(s), "dV")};
     const tc_backward_tensors t = contiguous_backward(s, dev->q, dev->k, dev->v, dev->dout, o, lse, delta, device);
@@ -336,14 +346,15 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
     check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1, 0, 0,
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
-    // Steps 6a to 6g add dQ in the order the TMA's adds arrive: they have atomic rows only.
+    // Steps 6a to 6i add dQ in the order the TMA's adds arrive: they have atomic rows only.
     if (opt->dq_mode == FA_DQ_DETERMINISTIC) {
-        fa_report_add_note(report, "steps 6a to 6g have no deterministic dQ (the TMA adds its shares in arrival "
+        fa_report_add_note(report, "steps 6a to 6i have no deterministic dQ (the TMA adds its shares in arrival "
                            "order): --dq atomic or --dq both runs them");
     } else {
         fa_options atomic_only = *opt;
         atomic_only.dq_mode = FA_DQ_ATOMIC;
-        // Each row at its kernels' only tiles: 64 x 64 for 6a and 6b, 64 x 128 (two warpgroups) from 6c on.
+        // Each row at its kernels' only tiles: 64 x 64 for 6a and 6b, 64 x 128 (two warpgroups) from 6c on, and
+        // 128 x 128 at D = 64 for 6i.
         const struct { const char *label; void (*run)(void *); int block_m, block_n; } tma_rows[] = {
             {"step 6a bwd", run_backward_tma_dq_cuda, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N},
             {"step 6b bwd", run_backward_dq_beside_dkdv_cuda, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N},
@@ -355,6 +366,10 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
             {"step 6f bwd", run_backward_overlap_products_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M,
              HOPPER_TWO_WARPGROUPS_BLOCK_N},
             {"step 6g bwd", run_backward_q_tiles_by_tma_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M,
+             HOPPER_TWO_WARPGROUPS_BLOCK_N},
+            {"step 6h bwd", run_backward_dq_per_warpgroup_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M,
+             HOPPER_TWO_WARPGROUPS_BLOCK_N},
+            {"step 6i bwd", run_backward_wide_q_tiles_cuda, flash_backward_wide_q_tiles_block_m(s->D),
              HOPPER_TWO_WARPGROUPS_BLOCK_N},
         };
         for (size_t r = 0; r < sizeof tma_rows / sizeof tma_rows[0]; r++)

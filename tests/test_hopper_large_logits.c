@@ -48,7 +48,7 @@ static const step_kind STEPS[] = {
     {"step 3 warp roles", flash_forward_warp_specialized_cuda, 128, 128, 0},
     {"step 4 ping-pong", flash_forward_pingpong_cuda, 128, 64, 0},
     {"step 4a wide wgmma", flash_forward_wide_wgmma_cuda, 128, 128, 0},
-    {"step 4b exp2 ftz", flash_forward_exp2_ftz_cuda, 128, 128, 0},
+    {"step 4b exp2 ftz", flash_forward_wgmma_exp2_ftz_cuda, 128, 128, 0},
     {"step 4c three consumers", flash_forward_three_consumers_cuda, 192, 128, 64},
     {"step 4d split barriers", flash_forward_split_barriers_cuda, 128, 128, 0},
     {"step 4d split barriers", flash_forward_split_barriers_cuda, 192, 128, 64},

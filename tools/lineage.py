@@ -6,7 +6,9 @@
                                        tools/ includes only the foundation; every quoted include names one file of
                                        the tree; no include cycle; and no source branches on the GPU generation
                                        (__CUDA_ARCH__), so that compiling for one generation compiles every line
-                                       (CI compiles the CUDA code for the oldest the README promises).
+                                       (CI compiles the CUDA code for the oldest the README promises); and no two
+                                       files of the foundation and the lessons define one external function (a
+                                       program that links two lessons' libraries would call whichever comes first).
   lineage.py check [--root DIR]        every derived file of lineage.tsv exists, and its diff against its base stays
                                        within its budget (changed lines: the + and - lines of `diff -u`).
   lineage.py docs [--root DIR] [--write]   the diff tables between <!-- lineage:... --> markers in the docs are
@@ -25,6 +27,14 @@ import tempfile
 SOURCE_SUFFIXES = ('.c', '.h', '.cu', '.cuh')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 ARCH_BRANCH = re.compile(r'^\s*#\s*(?:if|ifdef|ifndef|elif)\b.*__CUDA_ARCH__', re.MULTILINE)
+# The definition of a function with external linkage, at the start of a line: a return type, the name, the parameters
+# (one level of parentheses inside them), then the body's brace. static functions, templates and device code (whose
+# names never reach the linker across files) do not count; a declaration ends with ';' and does not match.
+EXTERNAL_DEFINITION = re.compile(r'^(?:extern "C"[ \t]+)?(?!static\b|typedef\b|struct\b|return\b|else\b|template\b|'
+                                 r'__device__|__global__|__host__)(?:const[ \t]+)?[A-Za-z_]\w*[ \t*]+(?:\w+[ \t*]+)*?'
+                                 r'(\w+)[ \t]*\((?:[^;{}()]|\([^()]*\))*\)\s*\{', re.MULTILINE)
+# Files of which the build compiles one or the other, never both: they define the same functions on purpose.
+ALTERNATIVES = [{os.path.join('common', 'fa_gpu.cu'), os.path.join('common', 'fa_gpu_none.c')}]
 
 
 def source_files(root):
@@ -54,12 +64,16 @@ def check_layers(root):
     by_name = {}
     for f in files:
         by_name.setdefault(os.path.basename(f), []).append(f)
-    problems, edges = [], {}
+    problems, edges, definers = [], {}, {}
     for f in files:
         with open(os.path.join(root, f), encoding='utf-8', errors='replace') as handle:
             text = handle.read()
         layer, phase = layer_of(f)
         edges[f] = []
+        if layer in ('foundation', 'lesson') and f.endswith(('.c', '.cu')):
+            for name in EXTERNAL_DEFINITION.findall(text):
+                if name != 'main':
+                    definers.setdefault(name, set()).add(f)
         if ARCH_BRANCH.search(text):
             problems.append('%s: branches on __CUDA_ARCH__; a kernel that needs a newer GPU says so at run time '
                             '(the driver checks the compute capability) and compiles for every generation' % f)
@@ -81,6 +95,10 @@ def check_layers(root):
                 problems.append('%s: a lesson of %s includes %s, a header of another layer' % (f, phase, target))
             elif layer == 'tools':
                 problems.append('%s: tools/ includes %s; tools use the foundation only' % (f, target))
+    for name, where in sorted(definers.items()):
+        if len(where) > 1 and where not in ALTERNATIVES:
+            problems.append('%s is defined in %s: a program that links both libraries calls one of them without a '
+                            'word; give each its own name' % (name, ' and '.join(sorted(where))))
     # No cycle: a depth-first walk that meets a file still open has found one.
     state = {}
 
@@ -269,9 +287,12 @@ def self_test():
         write('phase1_a/kernel_cpu.c', 'int a;\n')
         write('tools/tool.c', '#include "lesson.h"\n#include "nowhere.h"\n')    # tools above the foundation; no file
         write('phase1_a/kernel_cuda.cu', '#if __CUDA_ARCH__ >= 800\nint a;\n#endif\n')    # a branch on the GPU
+        write('phase1_a/step_cuda.cu', 'extern "C" void flash_step(const int *x,\n                int n) {\n}\n')
+        write('phase2_b/step_cpu.c', 'void flash_step(const int *x, int n) { (void)x; }\n')    # ... defined twice
         problems, _, _ = check_layers(root)
         for want in ('the foundation includes', 'include cycle', 'includes phase1_a/lesson.h, a header of another',
-                     'tools/ includes', 'names no file', 'phase1_a/kernel_cuda.cu: branches on __CUDA_ARCH__'):
+                     'tools/ includes', 'names no file', 'phase1_a/kernel_cuda.cu: branches on __CUDA_ARCH__',
+                     'flash_step is defined in phase1_a/step_cuda.cu and phase2_b/step_cpu.c'):
             if not any(want in p for p in problems):
                 failures.append('layers: not found: ' + want)
         write(MANIFEST, 'phase2_b/kernel_cpu.c\tphase1_a/kernel_cpu.c\tthree ints\t2\tt\tr\n'
