@@ -11,7 +11,7 @@
                                               and on the committed H200 logs of steps 3i's and 3j's tiles and steps
                                               4b to 4d
     check_tools.py hopper TOOLS ROOT OUT      hopper_tables.py on the committed phase 7 log: every table printed, a
-                                              log row's number found in its table (steps 4h, 4i and 4j on their own
+                                              log row's number found in its table (steps 4h, 4i, 4j and 6i on their own
                                               logs; the instruction mix's and the stall samples' totals from their
                                               reports); a log lacking rows or reports, or holding a failed check,
                                               refused with one "error:" line;
@@ -359,6 +359,18 @@ def check_hopper(tools, root, out):
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)
     expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 6, f"--table ncu-cudnn: exit {proc.returncode}")
     expect_refused_without_reports(script, h200, "ncu-cudnn", out)
+    # Steps 6g to 6i on the backward log: four ratios of step 6i to cuDNN, the first step 6i row as the log prints it;
+    # their Nsight Compute reports beside cuDNN's, a missing one refused.
+    backward = os.path.join(root, "docs", "figures", "h200-phase7-backward.log")
+    proc = subprocess.run([sys.executable, script, backward, "--table", "wide-q"], capture_output=True, text=True)
+    row_6i = re.compile(r"^  step 6i bwd atomic bf16 .* ([\d.]+) +- +")
+    first_6i = next(m for line in open(backward) if (m := row_6i.match(line)))
+    expect(proc.returncode == 0 and proc.stdout.count("step 6i / cuDNN") == 4 and
+           f"| S = 4096, step 6i, bf16 | {float(first_6i[1]) / 1000:.1f} |" in proc.stdout,
+           f"--table wide-q: exit {proc.returncode}, or step 6i's first row not in it")
+    proc = subprocess.run([sys.executable, script, backward, "--table", "ncu-wide-q"], capture_output=True, text=True)
+    expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 2, f"--table ncu-wide-q: exit {proc.returncode}")
+    expect_refused_without_reports(script, backward, "ncu-wide-q", out)
     # A step 4e row of the log (the first 192 x 128 run) is in the forward table, as the log prints it in GFLOP/s.
     lines = open(log).read().split("\n")
     start = next(i for i, line in enumerate(lines) if "--block-m 192" in line and "--S 4096" in line)

@@ -4,20 +4,23 @@
     python3 tools/hopper_tables.py LOG --table NAME     one table, as chapter 09's generated block holds it
 
 NAME: forward (every forward step, bf16, B=4 H=16 S=4096), long (step 4e beside cuDNN at S=16384, bf16 and fp16),
-persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's forwards),
-stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16), groups (the same
-with step 4h after 4g, and step 4h's ratio to cuDNN), descriptors (steps 4h and 4i beside cuDNN, and step 4i's ratio
-to cuDNN, at both shapes in bf16 and fp16), rows (steps 4h to 4j beside cuDNN, and step 4j's ratio to cuDNN, the
-same shapes), step4 (every variant of step 4 in its best tiles beside cuDNN, bf16, S=4096: a log of step 4's rows),
-backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside PyTorch's
-backwards at S=16384, bf16 and fp16), ncu-d128, ncu-d64 and ncu-backward (Nsight Compute, from the
-summary beside LOG: hopper-ncu-summary.txt, or h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and
-ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's kernels, one Nsight Compute report each beside LOG, named
-GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix: h200-phase7-ncu-step4e-d64.txt beside h200-....log), and
-opcodes (steps 4h and 4i and cuDNN's forward by kind of instruction, from Nsight Compute's per-opcode counts, one
-report each beside LOG: GPU-phase7-ncu-opcodes-{step4h,step4i,cudnn}-d{64,128}.txt, and the hardware counter's total),
-and samples (steps 4i and 4j at D = 64: each kind of instruction's executions and stall samples, from Nsight
-Compute's per-instruction exports beside LOG: GPU-phase7-ncu-source-step4{i,j}-d64.csv.gz).
+persistent (steps 4e and 4f beside cuDNN at both shapes, bf16 and fp16: a log of step 4's rows and PyTorch's
+forwards), stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16 and fp16, S=16384 in bf16), groups
+(the same with step 4h after 4g, and step 4h's ratio to cuDNN), descriptors (steps 4h and 4i beside cuDNN, and step
+4i's ratio to cuDNN, at both shapes in bf16 and fp16), rows (steps 4h to 4j beside cuDNN, and step 4j's ratio to
+cuDNN, the same shapes), step4 (every variant of step 4 in its best tiles beside cuDNN, bf16, S=4096: a log of step
+4's rows), backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside
+PyTorch's backwards at S=16384, bf16 and fp16), wide-q (steps 6a and 6g to 6i beside PyTorch's backwards at both
+shapes, bf16 and fp16, and step 6i's ratio to cuDNN: a log of the backward rows, h200-phase7-backward.log), ncu-d128,
+ncu-d64 and ncu-backward (Nsight Compute, from the summary beside LOG: hopper-ncu-summary.txt, or
+h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's
+kernels, one Nsight Compute report each beside LOG, named GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix:
+h200-phase7-ncu-step4e-d64.txt beside h200-....log), ncu-wide-q (the backward kernels of steps 6g to 6i beside
+cuDNN's, reports GPU-phase7-ncu-wideq-step6*-d*.txt beside LOG), and opcodes (steps 4h and 4i and cuDNN's forward by
+kind of instruction, from Nsight Compute's per-opcode counts, one report each beside LOG:
+GPU-phase7-ncu-opcodes-{step4h,step4i,cudnn}-d{64,128}.txt, and the hardware counter's total), and samples (steps 4i
+and 4j at D = 64: each kind of instruction's executions and stall samples, from Nsight Compute's per-instruction
+exports beside LOG: GPU-phase7-ncu-source-step4{i,j}-d64.csv.gz).
 The chapter holds each table between markers that name this command (tools/check_docs.py checks that the block is
 what the command prints; `python3 tools/check_docs.py --regenerate` rewrites it after a new log is committed). Every
 number is one the phase 7 binary, tools/pytorch_compare.py or ncu printed. Standard library only. Exit status: 0
@@ -197,6 +200,28 @@ def table_backward_long(rows, torch):
     return "\n".join(lines)
 
 
+WIDE_Q = (("step 6a", "step 6a bwd atomic"), ("step 6g", "step 6g bwd atomic"), ("step 6h", "step 6h bwd atomic"),
+          ("step 6i", "step 6i bwd atomic"))
+
+
+def table_wide_q(rows, torch):
+    """Steps 6g, 6h and 6i (and 6a, the fastest at D = 64 before them) beside PyTorch's backwards, both shapes and
+    types, and step 6i's speed over cuDNN's: a log of the backward rows (h200-phase7-backward.log)."""
+    lines = ["| backward | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
+    for S in (4096, 16384):
+        for dtype in ("bf16", "fp16"):
+            for name, label in WIDE_Q:
+                lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
+                    cell(rows, (dtype, S, D, c, "64x64", label)) for D, c in SHAPES) + " |")
+            for name, backend in (("PyTorch FLASH", "flash"), ("PyTorch cuDNN", "cudnn")):
+                lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
+                    cell(torch, (backend, True, dtype, S, D, c)) for D, c in SHAPES) + " |")
+            lines.append(f"| S = {S}, step 6i / cuDNN, {dtype} | " + " | ".join(
+                f"{rows[(dtype, S, D, c, '64x64', 'step 6i bwd atomic')] / torch[('cudnn', True, dtype, S, D, c)]:.2f}"
+                for D, c in SHAPES) + " |")
+    return "\n".join(lines)
+
+
 def read_ncu(path):
     """{profile name: {'duration': '1.10 ms', 'instructions': '515058937', ...}} from hopper_bench.sh's summary."""
     profiles, name = {}, None
@@ -258,6 +283,31 @@ NCU_CUDNN = [("forward, D = 64", [("step 4e, 192 x 128", "step4e-d64"), ("cuDNN"
                                            ("cuDNN", "cudnn-fwd-d128-causal")]),
              ("backward, D = 64", [("step 6a, 64 x 64", "step6a-d64"), ("cuDNN", "cudnn-bwd-d64")]),
              ("backward, D = 128", [("step 6g, 64 x 128", "step6g-d128"), ("cuDNN", "cudnn-bwd-d128")])]
+
+
+# Steps 6g to 6i's backward kernels beside cuDNN's (h200-phase7-ncu-wideq-step*.txt, one call; cuDNN's reports as in
+# NCU_CUDNN).
+NCU_WIDE_Q = [("D = 64", [("step 6g, 64 x 128", "wideq-step6g-d64"), ("step 6h, 64 x 128", "wideq-step6h-d64"),
+                          ("step 6i, 128 x 128", "wideq-step6i-d64"), ("cuDNN", "cudnn-bwd-d64")]),
+              ("D = 128", [("step 6g, 64 x 128", "wideq-step6g-d128"),
+                           ("step 6h (and 6i), 64 x 128", "wideq-step6h-d128"), ("cuDNN", "cudnn-bwd-d128")])]
+
+
+def table_ncu_wide_q(log):
+    """The backward kernels of steps 6g, 6h and 6i beside cuDNN's under Nsight Compute, one report each beside LOG."""
+    import ncu_tables
+    folder, name = os.path.split(log)
+    prefix = name.split("-")[0] + "-phase7-ncu-"
+    lines = ["| backward, B=4 H=16 S=4096, bf16 | kernel | duration | instructions | "
+             "grid x threads, registers at entry | no eligible warp |", "|---|---|---|---|---|---|"]
+    for shape, kernels in NCU_WIDE_Q:
+        for i, (kernel, report) in enumerate(kernels):
+            r = ncu_tables.read_report(folder, report, prefix)
+            get = lambda key: ncu_tables.get(r, key)
+            lines.append(f"| {shape if i == 0 else ''} | {kernel} | {get('duration'):.3f} ms | "
+                         f"{get('instructions') / 1e6:,.0f} M | {get('grid'):,.0f} x {get('threads'):.0f}, "
+                         f"{get('registers'):.0f} | {get('no_eligible'):.0f}% |")
+    return "\n".join(lines)
 
 
 def table_ncu_cudnn(log):
@@ -388,14 +438,15 @@ def ncu_summary_path(log):
 
 def main(argv):
     tables = ("forward", "long", "persistent", "stages", "groups", "descriptors", "rows", "step4", "backward",
-              "backward-long", "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "opcodes", "samples")
+              "backward-long", "wide-q", "ncu-d128", "ncu-d64", "ncu-backward", "ncu-cudnn", "ncu-wide-q", "opcodes",
+              "samples")
     if len(argv) != 4 or argv[2] != "--table" or argv[3] not in tables:
         die("usage: hopper_tables.py LOG --table " + "|".join(tables))
     log, name = argv[1], argv[3]
     if not os.path.isfile(log):
         die(f"{log}: no such file")
-    if name == "ncu-cudnn":
-        print(table_ncu_cudnn(log))
+    if name in ("ncu-cudnn", "ncu-wide-q"):
+        print(table_ncu_cudnn(log) if name == "ncu-cudnn" else table_ncu_wide_q(log))
         return 0
     if name == "opcodes":
         print(table_opcodes(log))
@@ -416,7 +467,8 @@ def main(argv):
            "rows": lambda r, t: table_persistent(r, t, ROWS_TOGETHER, ratio="step 4j"),
            "step4": table_step4,
            "backward": table_backward,
-           "backward-long": table_backward_long}[name](rows, torch))
+           "backward-long": table_backward_long,
+           "wide-q": table_wide_q}[name](rows, torch))
     return 0
 
 
