@@ -34,6 +34,7 @@
 //   step 6g (6g_q_tiles_by_tma_*): step 6f with Q and dO loaded by the TMA onto mbarriers: two barriers a tile fewer.
 //   step 6h (6h_dq_per_warpgroup_*): step 6g with dQ in a buffer of its own, handed to the TMA by each warpgroup.
 //   step 6i (6i_wide_q_tiles_*): step 6h with Q tiles of 128 queries at D = 64.
+//   step 6j (6j_transposed_dq_*): step 6i with dQ computed transposed, and Q tiles of 80 queries at D = 128.
 //
 // Types and layouts as phase 5's (tc_forward_tensors, common/fa_baselines.h): Q, K, V are dtype bits ([B, H, S, D], strides in elements,
 // stride d = 1, the other strides multiples of 8, 16-byte aligned pointers), O float32 [B, H, Sq, D], LSE float32
@@ -208,6 +209,22 @@ void flash_backward_wide_q_tiles_cuda(const fa_shape *shape, int dtype, int bloc
                                       const tc_backward_tensors *t);
 static inline int flash_backward_wide_q_tiles_block_m(int64_t D) {
     return D == 64 ? HOPPER_WIDE_Q_TILES_BLOCK_M_D64 : HOPPER_TWO_WARPGROUPS_BLOCK_M;
+}
+// Step 6j (6j_transposed_dq_cuda.cu): step 6i with dQ computed transposed (dQ^T = K^T dS^T), so that a Q tile has 80
+// queries at D = 128 (80 x 128 tiles; 128 x 128 at D = 64, as 6i), and dS^T in one buffer, its rows padded to 128
+// queries; step 6i's arguments. Shared memory: K and V, two Q and dO buffers, dS^T, dQ's share (float32), the row
+// stats (two buffers of LSE and Delta), two mbarriers, and 1024 bytes to align the swizzle atoms.
+#define HOPPER_TRANSPOSED_DQ_TEXT "128x128 at D = 64, 80x128 at D = 128"
+#define HOPPER_TRANSPOSED_DQ_BLOCK_M_D128 80
+void flash_backward_transposed_dq_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
+                                       const tc_backward_tensors *t);
+static inline int flash_backward_transposed_dq_block_m(int64_t D) {
+    return D == 64 ? HOPPER_WIDE_Q_TILES_BLOCK_M_D64 : HOPPER_TRANSPOSED_DQ_BLOCK_M_D128;
+}
+static inline int64_t flash_backward_transposed_dq_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
+    const int64_t ds_columns = (block_m + 63) / 64 * 64;
+    return (2 * (int64_t)block_n + 4 * (int64_t)block_m) * D * 2 + (int64_t)block_n * ds_columns * 2 +
+           (int64_t)block_m * D * 4 + 4 * (int64_t)block_m * 4 + 2 * 8 + 1024;
 }
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.

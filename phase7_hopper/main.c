@@ -9,9 +9,9 @@
 // --step 6 is the backward alone: its rows (phase 5 step 4's CPU twin and GPU kernels, step 6 on wgmma, step 6a with
 // its dQ added by the TMA, 6b, its dQ product queued behind dK's, 6c, two warpgroups over 128 keys, 6d, its
 // descriptors built once, 6e, exp2 in one instruction, 6f, the element-wise work beside the products, 6g, Q and dO
-// by the TMA, 6h, dQ handed to the TMA by each warpgroup, and 6i, 128 queries a tile at D = 64; 6a to 6i atomic
-// only), in each dQ variant --dq asks for, differentiate a forward's O and LSE (phase 5 step 3's on the CPU, step
-// 3's on the GPU).
+// by the TMA, 6h, dQ handed to the TMA by each warpgroup, 6i, 128 queries a tile at D = 64, and 6j, dQ transposed
+// and 80 queries a tile at D = 128; 6a to 6j atomic only), in each dQ variant --dq asks for, differentiate a
+// forward's O and LSE (phase 5 step 3's on the CPU, step 3's on the GPU).
 // The timeline build (target phase7_timeline, timeline.h) also takes --timeline FILE: step 3's warp roles over time,
 // as CSV for tools/plot_timeline.py; the release build refuses it.
 #include "fa_driver.h"
@@ -298,6 +298,10 @@ static void run_backward_wide_q_tiles_cuda(void *p) {
     const backward_args *a = p;
     flash_backward_wide_q_tiles_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
 }
+static void run_backward_transposed_dq_cuda(void *p) {
+    const backward_args *a = p;
+    flash_backward_transposed_dq_cuda(a->shape, a->dtype, a->block_m, a->block_n, a->dq_mode, &a->t);
+}
 #endif
 
 // The CPU twin: phase 5 step 4's backward of phase 5 step 3's forward.
@@ -324,7 +328,7 @@ static void backward_cpu(fa_report *report, const fa_options *opt, const fa_refe
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
 // On the GPU: step 3's forward (at 128 x 64, or the tiles asked for when it has them), then phase 5 step 4's backward,
 // step 6's, 6a's and 6b's, at the 64 x 64 tiles their kernels have, 6c's to 6h's at their 64 x 128
-// and 6i's at 128 x 128 (D = 64) or 64 x 128.
+// 6i's at 128 x 128 (D = 64) or 64 x 128, and 6j's at 128 x 128 (D = 64) or 80 x 128.
 static void backward_cuda(fa_report *report, const fa_options *opt, const fa_reference *ref,
                           const fa_half_rule *rule, const fa_device_half_inputs *dev, fa_grads host) {
     const fa_shape *s = &opt->shape;
@@ -337,8 +341,9 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
                                         &f);
     if (!tc_backward_cuda_supports_tiles(opt->block_m, opt->block_n))
         fa_report_add_note(report, "the GPU backward rows ran with the only tiles their kernels have, %s (steps 6c "
-                           "to 6h: %s; 6i: %s; --block-m %d --block-n %d set the CPU's)", TC_BACKWARD_CUDA_TILES_TEXT,
-                           HOPPER_TWO_WARPGROUPS_TILES_TEXT, HOPPER_WIDE_Q_TILES_TEXT, opt->block_m, opt->block_n);
+                           "to 6h: %s; 6i: %s; 6j: %s; --block-m %d --block-n %d set the CPU's)",
+                           TC_BACKWARD_CUDA_TILES_TEXT, HOPPER_TWO_WARPGROUPS_TILES_TEXT, HOPPER_WIDE_Q_TILES_TEXT,
+                           HOPPER_TRANSPOSED_DQ_TEXT, opt->block_m, opt->block_n);
     fa_grads device = {fa_gpu_alloc(fa_numel_q(s), "dQ"), fa_gpu_alloc(fa_numel_kv(s), "dK"),
                        fa_gpu_alloc(fa_numel_kv(s), "dV")};
     const tc_backward_tensors t = contiguous_backward(s, dev->q, dev->k, dev->v, dev->dout, o, lse, delta, device);
@@ -346,15 +351,15 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
     check_and_time_backward(report, opt, ref, rule, "step 6 bwd", run_backward_wgmma_cuda, 1, 0, 0,
                             TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N, t, host, device, dev->upload_ms);
-    // Steps 6a to 6i add dQ in the order the TMA's adds arrive: they have atomic rows only.
+    // Steps 6a to 6j add dQ in the order the TMA's adds arrive: they have atomic rows only.
     if (opt->dq_mode == FA_DQ_DETERMINISTIC) {
-        fa_report_add_note(report, "steps 6a to 6i have no deterministic dQ (the TMA adds its shares in arrival "
+        fa_report_add_note(report, "steps 6a to 6j have no deterministic dQ (the TMA adds its shares in arrival "
                            "order): --dq atomic or --dq both runs them");
     } else {
         fa_options atomic_only = *opt;
         atomic_only.dq_mode = FA_DQ_ATOMIC;
         // Each row at its kernels' only tiles: 64 x 64 for 6a and 6b, 64 x 128 (two warpgroups) from 6c on, and
-        // 128 x 128 at D = 64 for 6i.
+        // 128 x 128 at D = 64 for 6i and 6j, 80 x 128 at D = 128 for 6j.
         const struct { const char *label; void (*run)(void *); int block_m, block_n; } tma_rows[] = {
             {"step 6a bwd", run_backward_tma_dq_cuda, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N},
             {"step 6b bwd", run_backward_dq_beside_dkdv_cuda, TC_BACKWARD_CUDA_BLOCK_M, TC_BACKWARD_CUDA_BLOCK_N},
@@ -370,6 +375,8 @@ static void backward_cuda(fa_report *report, const fa_options *opt, const fa_ref
             {"step 6h bwd", run_backward_dq_per_warpgroup_cuda, HOPPER_TWO_WARPGROUPS_BLOCK_M,
              HOPPER_TWO_WARPGROUPS_BLOCK_N},
             {"step 6i bwd", run_backward_wide_q_tiles_cuda, flash_backward_wide_q_tiles_block_m(s->D),
+             HOPPER_TWO_WARPGROUPS_BLOCK_N},
+            {"step 6j bwd", run_backward_transposed_dq_cuda, flash_backward_transposed_dq_block_m(s->D),
              HOPPER_TWO_WARPGROUPS_BLOCK_N},
         };
         for (size_t r = 0; r < sizeof tma_rows / sizeof tma_rows[0]; r++)

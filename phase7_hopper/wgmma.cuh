@@ -337,12 +337,86 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float d[16][4], const uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
+// --- m64n80k16: 80 columns, for Q tiles of 80 queries (step 6j) ------------------------------------------------
+//
+// The m64n64k16 layout with ten 8-column blocks: d[j] is columns 8j .. 8j + 7. wgmma's N may be any multiple of 8 up
+// to 256; 80 is what a backward Q tile of 80 queries needs (S^T and dP^T with the queries as N, and dQ^T with them as
+// N too). The K-major _ss form, as m64n64k16_ss, and the _ss_mn form (both operands MN-major), as m64n64k16_ss_mn.
+template <int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_m64n80k16_ss(float d[10][4], uint64_t desc_a, uint64_t desc_b, __half) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
+                 "%40, %41, %42, 1, 1, 0, 0;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+                 : "l"(desc_a), "l"(desc_b), "n"(SCALE_D));
+}
+template <int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_m64n80k16_ss(float d[10][4], uint64_t desc_a, uint64_t desc_b, __nv_bfloat16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
+                 "%40, %41, %42, 1, 1, 0, 0;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+                 : "l"(desc_a), "l"(desc_b), "n"(SCALE_D));
+}
+__device__ __forceinline__ void wgmma_m64n80k16_ss_mn(float d[10][4], uint64_t desc_a, uint64_t desc_b, __half) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
+                 "%40, %41, 1, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+                 : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n80k16_ss_mn(float d[10][4], uint64_t desc_a, uint64_t desc_b, __nv_bfloat16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
+                 "%40, %41, 1, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+                 : "l"(desc_a), "l"(desc_b));
+}
 
-// One wgmma of COLUMNS output columns, 64 or 128 (steps 4a on: all of a 128-key tile, or all of D, in one
-// instruction): d points at the first of its COLUMNS / 8 accumulator fragments.
+
+// One wgmma of COLUMNS output columns, 64, 80 or 128 (steps 4a on: all of a 128-key tile, or all of D, in one
+// instruction; 6j: an 80-query tile): d points at the first of its COLUMNS / 8 accumulator fragments.
 template <int COLUMNS, typename T, int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_ss(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
+    static_assert(COLUMNS == 64 || COLUMNS == 80 || COLUMNS == 128, "a wgmma of 64, 80 or 128 columns");
     if constexpr (COLUMNS == 128) wgmma_m64n128k16_ss<SCALE_D>(d, desc_a, desc_b, type);
+    else if constexpr (COLUMNS == 80) wgmma_m64n80k16_ss<SCALE_D>(d, desc_a, desc_b, type);
     else wgmma_m64n64k16_ss<SCALE_D>(d, desc_a, desc_b, type);
 }
 template <int COLUMNS, typename T>
@@ -350,10 +424,12 @@ __device__ __forceinline__ void wgmma_rs(float d[][4], const uint32_t a[4], uint
     if constexpr (COLUMNS == 128) wgmma_m64n128k16_rs(d, a, desc_b, type);
     else wgmma_m64n64k16_rs(d, a, desc_b, type);
 }
-// Both operands MN-major, 32 or 64 columns (step 6c's share of dQ: D / 2 columns).
+// Both operands MN-major, 32, 64 or 80 columns (step 6c's share of dQ: D / 2 columns; 6j's dQ^T: 80 queries).
 template <int COLUMNS, typename T>
 __device__ __forceinline__ void wgmma_ss_mn(float d[][4], uint64_t desc_a, uint64_t desc_b, T type) {
+    static_assert(COLUMNS == 32 || COLUMNS == 64 || COLUMNS == 80, "a wgmma of 32, 64 or 80 columns");
     if constexpr (COLUMNS == 32) wgmma_m64n32k16_ss_mn(d, desc_a, desc_b, type);
+    else if constexpr (COLUMNS == 80) wgmma_m64n80k16_ss_mn(d, desc_a, desc_b, type);
     else wgmma_m64n64k16_ss_mn(d, desc_a, desc_b, type);
 }
 

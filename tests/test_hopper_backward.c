@@ -1,4 +1,4 @@
-// test_hopper_backward.c - phase 7 steps 6 and 6a to 6i, the backward with wgmma: the half-precision rule for
+// test_hopper_backward.c - phase 7 steps 6 and 6a to 6j, the backward with wgmma: the half-precision rule for
 // gradients on odd shapes, and the deterministic dQ's bits.
 //
 // Usage: test_hopper_backward cuda      (exits 77, skipped, without a Hopper GPU)
@@ -8,8 +8,8 @@
 // deterministic and once atomic (outputs poisoned before each run). Both variants pass the rule (3x the error of a
 // straightforward backward at the same precision, common/fa_driver.c, fa_make_half_backward_rule), the two
 // deterministic runs give the same bits, and dK and dV do not depend on the dQ variant (the same bits: dQ is the only
-// product the variants compute differently). Steps 6a to 6i (dQ on wgmma, added by the TMA) run once each: they pass
-// the rule, and their dK and dV are step 6's bits (the exp2_ftz of 6e to 6i differs from exp2f only where
+// product the variants compute differently). Steps 6a to 6j (dQ on wgmma, added by the TMA) run once each: they pass
+// the rule, and their dK and dV are step 6's bits (the exp2_ftz of 6e to 6j differs from exp2f only where
 // p < 2^-126, which these inputs' scores never reach).
 #include "fa_driver.h"
 #include "fa_gpu.h"
@@ -82,12 +82,12 @@ static void test_case(const case_spec *c) {
     flash_forward_warp_specialized_cuda(s, opt.dtype, 128, 64, &f);
     const tc_backward_tensors t = {dev.q, dev.k, dev.v, o, lse, dev.dout, qs, ks, ks, qs, qs, delta,
                                    device.dq, device.dk, device.dv, qs, ks, ks};
-    // Runs 0 and 1: step 6, deterministic; run 2: step 6, atomic; runs 3 to 11: steps 6a to 6i (the TMA adds dQ:
+    // Runs 0 and 1: step 6, deterministic; run 2: step 6, atomic; runs 3 to 12: steps 6a to 6j (the TMA adds dQ:
     // atomic only).
-    enum { RUNS = 12 };
-    const int modes[RUNS] = {FA_DQ_DETERMINISTIC, FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC, FA_DQ_ATOMIC,
-                             FA_DQ_ATOMIC,        FA_DQ_ATOMIC,        FA_DQ_ATOMIC, FA_DQ_ATOMIC,
-                             FA_DQ_ATOMIC,        FA_DQ_ATOMIC,        FA_DQ_ATOMIC, FA_DQ_ATOMIC};
+    enum { RUNS = 13 };
+    const int modes[RUNS] = {FA_DQ_DETERMINISTIC, FA_DQ_DETERMINISTIC, FA_DQ_ATOMIC, FA_DQ_ATOMIC, FA_DQ_ATOMIC,
+                             FA_DQ_ATOMIC,        FA_DQ_ATOMIC,        FA_DQ_ATOMIC, FA_DQ_ATOMIC, FA_DQ_ATOMIC,
+                             FA_DQ_ATOMIC,        FA_DQ_ATOMIC,        FA_DQ_ATOMIC};
     fa_grads runs[RUNS];
     for (int r = 0; r < RUNS; r++) {
         fa_gpu_poison(device.dq, fa_numel_q(s));
@@ -102,7 +102,11 @@ static void test_case(const case_spec *c) {
         else if (r == 8) flash_backward_overlap_products_cuda(s, opt.dtype, 64, 128, modes[r], &t);
         else if (r == 9) flash_backward_q_tiles_by_tma_cuda(s, opt.dtype, 64, 128, modes[r], &t);
         else if (r == 10) flash_backward_dq_per_warpgroup_cuda(s, opt.dtype, 64, 128, modes[r], &t);
-        else flash_backward_wide_q_tiles_cuda(s, opt.dtype, flash_backward_wide_q_tiles_block_m(s->D), 128, modes[r],
+        else if (r == 11)
+            flash_backward_wide_q_tiles_cuda(s, opt.dtype, flash_backward_wide_q_tiles_block_m(s->D), 128, modes[r],
+                                             &t);
+        else
+            flash_backward_transposed_dq_cuda(s, opt.dtype, flash_backward_transposed_dq_block_m(s->D), 128, modes[r],
                                               &t);
         fa_gpu_synchronize("the wgmma backward");
         runs[r] = grads_alloc(s);
@@ -122,8 +126,8 @@ static void test_case(const case_spec *c) {
     EXPECT_MSG(memcmp(runs[0].dk, runs[2].dk, (size_t)fa_numel_kv(s) * sizeof(float)) == 0 &&
                    memcmp(runs[0].dv, runs[2].dv, (size_t)fa_numel_kv(s) * sizeof(float)) == 0,
                "%s D=%s: dK or dV depends on the dQ variant", c->dtype, c->D);
-    // Steps 6a to 6i compute dK and dV as step 6 does, with the same products in the same order: the same bits (the
-    // 128-key tiles of 6c to 6i add products of masked, zero P^T and dS^T to some keys on the causal diagonal: exact
+    // Steps 6a to 6j compute dK and dV as step 6 does, with the same products in the same order: the same bits (the
+    // 128-key tiles of 6c to 6j add products of masked, zero P^T and dS^T to some keys on the causal diagonal: exact
     // zeros).
     for (int r = 3; r < RUNS; r++)
         EXPECT_MSG(memcmp(runs[0].dk, runs[r].dk, (size_t)fa_numel_kv(s) * sizeof(float)) == 0 &&
