@@ -359,17 +359,18 @@ def check_hopper(tools, root, out):
     proc = subprocess.run([sys.executable, script, h200, "--table", "ncu-cudnn"], capture_output=True, text=True)
     expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 6, f"--table ncu-cudnn: exit {proc.returncode}")
     expect_refused_without_reports(script, h200, "ncu-cudnn", out)
-    # Steps 6g to 6i on the backward log: four ratios of step 6i to cuDNN, the first step 6i row as the log prints it;
+    # Steps 6g to 6j on the backward log: four ratios of step 6j to cuDNN, the first step 6i row as the log prints it;
     # their Nsight Compute reports beside cuDNN's, a missing one refused.
     backward = os.path.join(root, "docs", "figures", "h200-phase7-backward.log")
     proc = subprocess.run([sys.executable, script, backward, "--table", "wide-q"], capture_output=True, text=True)
     row_6i = re.compile(r"^  step 6i bwd atomic bf16 .* ([\d.]+) +- +")
     first_6i = next(m for line in open(backward) if (m := row_6i.match(line)))
-    expect(proc.returncode == 0 and proc.stdout.count("step 6i / cuDNN") == 4 and
+    expect(proc.returncode == 0 and proc.stdout.count("step 6j / cuDNN") == 4 and
            f"| S = 4096, step 6i, bf16 | {float(first_6i[1]) / 1000:.1f} |" in proc.stdout,
            f"--table wide-q: exit {proc.returncode}, or step 6i's first row not in it")
     proc = subprocess.run([sys.executable, script, backward, "--table", "ncu-wide-q"], capture_output=True, text=True)
-    expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 2, f"--table ncu-wide-q: exit {proc.returncode}")
+    expect(proc.returncode == 0 and proc.stdout.count("| cuDNN |") == 2 and "| step 6j, 80 x 128 |" in proc.stdout,
+           f"--table ncu-wide-q: exit {proc.returncode}")
     expect_refused_without_reports(script, backward, "ncu-wide-q", out)
     # A step 4e row of the log (the first 192 x 128 run) is in the forward table, as the log prints it in GFLOP/s.
     lines = open(log).read().split("\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/hopper_bench.sh BINDIR LOGDIR [PARTS] - phase 7's ablation on a Hopper GPU: every forward step of phase 7
-# beside phase 5 step 3, the backward steps (6 and 6a to 6i) beside phase 5 step 4, and PyTorch's FlashAttention-2 and
+# beside phase 5 step 3, the backward steps (6 and 6a to 6j) beside phase 5 step 4, and PyTorch's FlashAttention-2 and
 # cuDNN backends (forward and backward), in one run on one GPU; then Nsight Compute on one launch of each forward
 # step's kernel and of each one-pass backward kernel. Writes LOGDIR/hopper-bench.log (the timing rows; chapter 09's
 # tables are read off it) and LOGDIR/hopper-ncu-summary.txt (the profiler's lines the chapter quotes).
@@ -49,8 +49,9 @@ if [ "$PARTS" != profile ]; then {
         run $dtype 1 16 16384 128 "$causal" 128 128
         step4 $dtype 1 16 16384 64 "$causal"
     done; done
-    # The backward (steps 6 to 6i and phase 5 step 4, both dQ variants, 6a to 6i atomic only; each at the only tiles
-    # its kernels have: 64 x 64, 6c to 6h 64 x 128, 6i 128 x 128 at D = 64), and at the longer shape.
+    # The backward (steps 6 to 6j and phase 5 step 4, both dQ variants, 6a to 6j atomic only; each at the only tiles
+    # its kernels have: 64 x 64, 6c to 6h 64 x 128, 6i and 6j 128 x 128 at D = 64, 6j 80 x 128 at D = 128), and at
+    # the longer shape.
     backward() {   # backward DTYPE B H S D CAUSAL
         echo "\$ phase7_hopper --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6"
         "$BIN/phase7_hopper" --impl cuda --step 6 --dq both --dtype $1 --B $2 --H $3 --S $4 --D $5 $6 \
@@ -72,7 +73,7 @@ if [ "$PARTS" != profile ]; then {
 } > "$LOG" 2>&1; fi
 
 # The profiler: one launch of each step at B=4 H=16 S=4096 bf16: D=128 with 128x128 tiles (steps 1-5, 4a, 4b, 4d,
-# 4e to 4j), D=64 for step 4b (128x128) beside steps 4c to 4j (192x128, tiles only they have), and steps 6a to 6i's
+# 4e to 4j), D=64 for step 4b (128x128) beside steps 4c to 4j (192x128, tiles only they have), and steps 6a to 6j's
 # backward; and steps 4g and 4h causal at both D, whose queues differ only there (the L2's hit rate and the bytes
 # read from DRAM show the difference).
 if [ "$PARTS" != time ]; then   # the profiler half
@@ -110,14 +111,17 @@ for profile in "1 wgmma 1 128 128 128" "2 tma 2 128 128 128" "3 warp_specialized
     profile "$LOGDIR/hopper-ncu-step$1.txt" "step $1 ($2, D=$4, $5x$6${7:+, causal})" "flash_forward_${2}_kernel" \
         --step $3 --D $4 --block-m $5 --block-n $6 ${7:-}
 done
-# The backward: the one kernel (dK, dV and dQ) of steps 6a, 6b (64 x 64 tiles), 6c to 6h (64 x 128) and 6i (128 x 128
-# at D = 64, 64 x 128 at D = 128), at D = 128 and 64. name kernel tiles
+# The backward: the one kernel (dK, dV and dQ) of steps 6a, 6b (64 x 64 tiles), 6c to 6h (64 x 128), 6i (128 x 128
+# at D = 64, 64 x 128 at D = 128) and 6j (128 x 128 at D = 64, 80 x 128 at D = 128), at D = 128 and 64.
+# name kernel tiles (the tiles at D = 128)
 for D in 128 64; do
     for profile in "6a dkdv_dq 64x64" "6b dq_beside_dkdv 64x64" "6c two_warpgroups 64x128" \
                    "6d descriptors_once 64x128" "6e exp2_ftz 64x128" "6f overlap_products 64x128" \
-                   "6g q_tiles_by_tma 64x128" "6h dq_per_warpgroup 64x128" "6i wide_q_tiles 64x128"; do
+                   "6g q_tiles_by_tma 64x128" "6h dq_per_warpgroup 64x128" "6i wide_q_tiles 64x128" \
+                   "6j transposed_dq 80x128"; do
         set -- $profile
-        tiles=$3; [ "$1" = 6i ] && [ $D = 64 ] && tiles=128x128   # step 6i's Q tiles are 128 queries at D = 64
+        tiles=$3   # at D = 64 steps 6i and 6j have Q tiles of 128 queries
+        case "$1-$D" in 6i-64 | 6j-64) tiles=128x128 ;; esac
         profile "$LOGDIR/hopper-ncu-step$1-d$D.txt" "step $1-d$D (backward_$2, D=$D, $tiles)" "backward_$2_kernel" \
             --step 6 --dq atomic --D $D
     done

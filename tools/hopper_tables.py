@@ -10,12 +10,12 @@ forwards), stages (the same with step 4g, and its ratio to cuDNN: S=4096 in bf16
 4i's ratio to cuDNN, at both shapes in bf16 and fp16), rows (steps 4h to 4j beside cuDNN, and step 4j's ratio to
 cuDNN, the same shapes), step4 (every variant of step 4 in its best tiles beside cuDNN, bf16, S=4096: a log of step
 4's rows), backward (step 6 beside phase 5 step 4 and PyTorch's backwards), backward-long (steps 6a and 6g beside
-PyTorch's backwards at S=16384, bf16 and fp16), wide-q (steps 6a and 6g to 6i beside PyTorch's backwards at both
-shapes, bf16 and fp16, and step 6i's ratio to cuDNN: a log of the backward rows, h200-phase7-backward.log), ncu-d128,
+PyTorch's backwards at S=16384, bf16 and fp16), wide-q (steps 6a and 6g to 6j beside PyTorch's backwards at both
+shapes, bf16 and fp16, and step 6j's ratio to cuDNN: a log of the backward rows, h200-phase7-backward.log), ncu-d128,
 ncu-d64 and ncu-backward (Nsight Compute, from the summary beside LOG: hopper-ncu-summary.txt, or
 h100-phase7-ncu-summary.txt beside h100-phase7-bench.log), and ncu-cudnn (steps 4e, 4f, 6a and 6g beside cuDNN's
 kernels, one Nsight Compute report each beside LOG, named GPU-phase7-ncu-<kernel>.txt after LOG's GPU prefix:
-h200-phase7-ncu-step4e-d64.txt beside h200-....log), ncu-wide-q (the backward kernels of steps 6g to 6i beside
+h200-phase7-ncu-step4e-d64.txt beside h200-....log), ncu-wide-q (the backward kernels of steps 6g to 6j beside
 cuDNN's, reports GPU-phase7-ncu-wideq-step6*-d*.txt beside LOG), and opcodes (steps 4h and 4i and cuDNN's forward by
 kind of instruction, from Nsight Compute's per-opcode counts, one report each beside LOG:
 GPU-phase7-ncu-opcodes-{step4h,step4i,cudnn}-d{64,128}.txt, and the hardware counter's total), and samples (steps 4i
@@ -201,12 +201,12 @@ def table_backward_long(rows, torch):
 
 
 WIDE_Q = (("step 6a", "step 6a bwd atomic"), ("step 6g", "step 6g bwd atomic"), ("step 6h", "step 6h bwd atomic"),
-          ("step 6i", "step 6i bwd atomic"))
+          ("step 6i", "step 6i bwd atomic"), ("step 6j", "step 6j bwd atomic"))
 
 
 def table_wide_q(rows, torch):
-    """Steps 6g, 6h and 6i (and 6a, the fastest at D = 64 before them) beside PyTorch's backwards, both shapes and
-    types, and step 6i's speed over cuDNN's: a log of the backward rows (h200-phase7-backward.log)."""
+    """Steps 6g to 6j (and 6a, the fastest at D = 64 before them) beside PyTorch's backwards, both shapes and types,
+    and step 6j's speed over cuDNN's: a log of the backward rows (h200-phase7-backward.log)."""
     lines = ["| backward | D=64 | D=64 causal | D=128 | D=128 causal |", "|---|---|---|---|---|"]
     for S in (4096, 16384):
         for dtype in ("bf16", "fp16"):
@@ -216,8 +216,8 @@ def table_wide_q(rows, torch):
             for name, backend in (("PyTorch FLASH", "flash"), ("PyTorch cuDNN", "cudnn")):
                 lines.append(f"| S = {S}, {name}, {dtype} | " + " | ".join(
                     cell(torch, (backend, True, dtype, S, D, c)) for D, c in SHAPES) + " |")
-            lines.append(f"| S = {S}, step 6i / cuDNN, {dtype} | " + " | ".join(
-                f"{rows[(dtype, S, D, c, '64x64', 'step 6i bwd atomic')] / torch[('cudnn', True, dtype, S, D, c)]:.2f}"
+            lines.append(f"| S = {S}, step 6j / cuDNN, {dtype} | " + " | ".join(
+                f"{rows[(dtype, S, D, c, '64x64', 'step 6j bwd atomic')] / torch[('cudnn', True, dtype, S, D, c)]:.2f}"
                 for D, c in SHAPES) + " |")
     return "\n".join(lines)
 
@@ -285,16 +285,18 @@ NCU_CUDNN = [("forward, D = 64", [("step 4e, 192 x 128", "step4e-d64"), ("cuDNN"
              ("backward, D = 128", [("step 6g, 64 x 128", "step6g-d128"), ("cuDNN", "cudnn-bwd-d128")])]
 
 
-# Steps 6g to 6i's backward kernels beside cuDNN's (h200-phase7-ncu-wideq-step*.txt, one call; cuDNN's reports as in
-# NCU_CUDNN).
+# Steps 6g to 6j's backward kernels beside cuDNN's (h200-phase7-ncu-wideq-step*.txt, 6j's from a later call than the
+# others'; cuDNN's reports as in NCU_CUDNN).
 NCU_WIDE_Q = [("D = 64", [("step 6g, 64 x 128", "wideq-step6g-d64"), ("step 6h, 64 x 128", "wideq-step6h-d64"),
-                          ("step 6i, 128 x 128", "wideq-step6i-d64"), ("cuDNN", "cudnn-bwd-d64")]),
+                          ("step 6i, 128 x 128", "wideq-step6i-d64"), ("step 6j, 128 x 128", "wideq-step6j-d64"),
+                          ("cuDNN", "cudnn-bwd-d64")]),
               ("D = 128", [("step 6g, 64 x 128", "wideq-step6g-d128"),
-                           ("step 6h (and 6i), 64 x 128", "wideq-step6h-d128"), ("cuDNN", "cudnn-bwd-d128")])]
+                           ("step 6h (and 6i), 64 x 128", "wideq-step6h-d128"),
+                           ("step 6j, 80 x 128", "wideq-step6j-d128"), ("cuDNN", "cudnn-bwd-d128")])]
 
 
 def table_ncu_wide_q(log):
-    """The backward kernels of steps 6g, 6h and 6i beside cuDNN's under Nsight Compute, one report each beside LOG."""
+    """The backward kernels of steps 6g to 6j beside cuDNN's under Nsight Compute, one report each beside LOG."""
     import ncu_tables
     folder, name = os.path.split(log)
     prefix = name.split("-")[0] + "-phase7-ncu-"
