@@ -11,7 +11,7 @@
 //     - the next tile's dS^T stores wait for the other warpgroup's dQ products, which read both halves of dS^T: the
 //       same block barrier.
 //   Here dQ's share has a buffer of its own, [D / 32][BLOCK_M][32] float32 as before, and dS^T two (tile n in buffer
-//   n % 2): 48 KiB more at D = 128 (192 KiB in all, one block per SM as before). Each warpgroup's dQ columns are TMA
+//   n % 2): 48 KiB more at D = 128 (194 KiB in all, one block per SM as before). Each warpgroup's dQ columns are TMA
 //   boxes of their own (one of 32 columns at D = 64, two at D = 128), so
 //     - a warpgroup stores its columns once its own dQ products are done, meets only its own 128 threads at a named
 //       barrier (warpgroup_barrier), and its first thread issues its boxes' reduce-adds;

@@ -13,8 +13,8 @@
 //     - dQ's tile is 128 x 64, and the warpgroups split it by rows where step 6h split it by columns: warpgroup w
 //       computes queries 64w .. 64w + 63, all 64 columns (N = 64), from both warpgroups' dS^T. DQ_SPLIT says which
 //       way, and the same code serves both;
-//     - the shared memory grows with the tile (the Q and dO buffers, dS^T, dQ's share): 192 KiB at D = 64 as at
-//       D = 128.
+//     - the shared memory grows with the tile (the Q and dO buffers, dS^T, dQ's share): 195 KiB at D = 64, about
+//       what step 6h takes at D = 128.
 //   A K/V block now meets half as many Q tiles, and pays the tile's fixed costs half as often.
 // CPU twin:  phase5_tensor_cores/4_backward_cpu.c
 // Diff:      diff -u phase7_hopper/6h_dq_per_warpgroup_cuda.cu phase7_hopper/6i_wide_q_tiles_cuda.cu

@@ -7,15 +7,16 @@ row; the 8 rows one ldmatrix matrix reads (every operand, every matrix of the x4
 different bank groups with the swizzle, and in one group without it (the 8-way conflict the swizzle removes); the
 lanes' ldmatrix addresses for Q are the four 8x8 matrices of the mma's A fragment (a[0] rows 0-7 cols 0-7, a[1] rows
 8-15, a[2] cols 8-15, a[3] both), and those for K and V the two B matrices of two neighbouring mmas; the PTX fragment
-layouts cover each matrix exactly once; the C fragment is the kernel's own store (row_g + 8 r, 8 db + 2 t).
+layouts cover each matrix exactly once; the C fragment is the kernel's own store (row_g + 8 r, 8 db + 2 t). And
+phase 7 steps 6i and 6j give their two warpgroups pieces of dQ that cover its tile once.
 """
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from kernel_rules import (KernelRules, backward_products, bank_group, fragment_a, fragment_b,  # noqa: E402
-                          fragment_c, online_softmax_trace)
+from kernel_rules import (KernelRules, backward_products, bank_group, dq_pieces, fragment_a,  # noqa: E402
+                          fragment_b, fragment_c, online_softmax_trace)
 import math  # noqa: E402
 import random  # noqa: E402
 
@@ -101,6 +102,20 @@ expect([p[0].split()[0] for p in products] == ["S^T", "dV", "dP^T", "dK", "dQ"],
        "4_backward_cuda.cu's product table changed: %s" % [p[0] for p in products])
 expect(constants.get("WARPS", 0) * constants.get("WARP_ROWS", 0) == 64,
        "4_backward_cuda.cu: WARPS x WARP_ROWS is no longer the 64 rows of its tiles")
+# Phase 7's backward (the figure of chapter 09): the two warpgroups' pieces of a Q tile's dQ, as steps 6i and 6j set
+# them (6i at 64-query tiles is step 6h's split), cover the BLOCK_M x D tile exactly once, each a wgmma of M = 64 and
+# an N that wgmma.cuh has an instruction for (32, 64, 80).
+for step, D, block_m in (("6i", 64, 64), ("6i", 128, 64), ("6i", 64, 128), ("6j", 64, 128), ("6j", 128, 80)):
+    pieces = dq_pieces(step, D, block_m)
+    covered = {}
+    for warpgroup, query0, queries, dim0, dims, m, n in pieces:
+        expect(m == 64 and n in (32, 64, 80), "step %s D=%d: a piece of M=%d N=%d" % (step, D, m, n))
+        for q in range(query0, query0 + queries):
+            for d in range(dim0, dim0 + dims):
+                covered[(q, d)] = covered.get((q, d), 0) + 1
+    expect(len(pieces) == 2 and sorted(covered) == [(q, d) for q in range(block_m) for d in range(D)] and
+           set(covered.values()) == {1}, "step %s D=%d BLOCK_M=%d: the pieces %s do not cover dQ's tile once" % (
+               step, D, block_m, pieces))
 
 for f in failures:
     print("FAIL " + f)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""kernel_rules.py - the tensor-core kernel's own index rules, read out of its source, for the figures and their test.
+"""kernel_rules.py - the tensor-core kernels' own index rules, read out of their source, for the figures and their test.
 
 The figures of the swizzle, of ldmatrix's lane-to-address map and of the mma fragments must show what the kernel does,
 not a drawing of it. So this module reads phase5_tensor_cores/3_pipeline_cuda.cu (and the constants of
@@ -9,7 +9,9 @@ them (C integer arithmetic on non-negative values: `/` is Python's `//`). tests/
 promise (the swizzle is a permutation of each row's chunks, one ldmatrix matrix reads 8 different bank groups, the
 addresses fill the fragments the mma expects), so a change of the kernel that breaks them, or that this module can no
 longer read, fails a test. The mma fragment layout itself is the PTX ISA's (mma.m16n8k16 with .f16/.bf16 inputs,
-section "Matrix Fragments for mma.m16n8k16"), as the kernel's comment draws it: `fragment_*` below.
+section "Matrix Fragments for mma.m16n8k16"), as the kernel's comment draws it: `fragment_*` below. It also reads how
+phase 7's backward steps 6i and 6j split a Q tile's dQ between their two warpgroups (`dq_pieces`), which the test
+checks covers the tile once, in pieces wgmma can compute.
 Standard library only.
 """
 import os
@@ -30,6 +32,12 @@ def defines(paths):
                 constants.update({name: int(value) for name, value in
                                   re.findall(r"^#define (\w+) (\d+)\b", f.read(), re.MULTILINE)})
     return constants
+
+
+def evaluate(expression, constants, **names):
+    """A C integer expression of the kernel's, on non-negative values: `/` is Python's `//`."""
+    python = re.sub(r"(?<![/])/(?![/])", "//", expression)
+    return eval(python, {"__builtins__": {}}, dict(constants, **names))
 
 
 class KernelRules:
@@ -53,8 +61,7 @@ class KernelRules:
             self.addresses[operand] = (m.group(2).strip(), m.group(3).strip())
 
     def evaluate(self, expression, **names):
-        python = re.sub(r"(?<![/])/(?![/])", "//", expression)
-        return eval(python, {"__builtins__": {}}, dict(self.constants, **names))
+        return evaluate(expression, self.constants, **names)
 
     def swizzle(self, D, row, chunk):
         """Where chunk `chunk` of tile row `row` is stored, in halves from the start of the tile."""
@@ -123,6 +130,45 @@ def backward_products(path=BACKWARD_SOURCE):
     rows = re.findall(r"^//\s{5}(\S.*?=.*?)\s{2,}(\S.*?)\s{2,}(\S.*?)\s{2,}(ldmatrix\S*)", text, re.MULTILINE)
     constants = defines(SHARED_HEADERS + [path, BACKWARD_TILES])
     return [tuple(x.strip() for x in row) for row in rows], constants
+
+
+# --- Phase 7's backward (chapter 09): which warpgroup computes which piece of a Q tile's dQ. -----------------------
+HOPPER = os.path.join(ROOT, "phase7_hopper")
+# Step 6i's rule (6h's at 64-query tiles): pieces of 64 queries (wgmma's M) x DQ_COLUMNS dims. Step 6j's: dQ^T in
+# pieces of 64 dims (its M) x DQ_N queries.
+DQ_RULES = {"6i": (os.path.join(HOPPER, "6i_wide_q_tiles_cuda.cu"), ("DQ_SPLIT", "DQ_COLUMNS"),
+                   ("dq_row0", "dq_column0")),
+            "6j": (os.path.join(HOPPER, "6j_transposed_dq_cuda.cu"), ("DIM_PIECES", "DQ_N"),
+                   ("dq_dim0", "dq_query0"))}
+
+
+def dq_pieces(step, D, block_m):
+    """The pieces of a BLOCK_M x D tile of dQ that step 6i's or 6j's warpgroups compute, read out of the kernel:
+    [(warpgroup, first query, queries, first dim, dims, wgmma M, wgmma N)], from its constexpr lines and the line that
+    sets each warpgroup's first row and column. Step 6i's rule at BLOCK_M = 64 is step 6h's split."""
+    path, names, starts = DQ_RULES[step]
+    with open(path) as f:
+        text = f.read()
+    constants = defines([path] + SHARED_HEADERS)
+    constants.update(D=D, BLOCK_M=block_m, WARPGROUPS=constants["WARPS"] * 32 // constants["WARPGROUP_THREADS"])
+    for name in names:
+        m = re.search(r"constexpr int %s = ([^;]+);" % name, text)
+        if not m:
+            raise ValueError("%s: constexpr %s not found" % (path, name))
+        constants[name] = evaluate(m.group(1).strip(), constants)
+    m = re.search(r"const int %s = ([^,]+), %s = ([^;]+);" % starts, text)
+    if not m:
+        raise ValueError("%s: the line that sets %s and %s not found" % ((path,) + starts))
+    pieces = []
+    for warpgroup in range(constants["WARPGROUPS"]):
+        first_m, first_n = (evaluate(m.group(i).strip(), constants, warpgroup=warpgroup) for i in (1, 2))
+        if step == "6i":   # rows are queries (M = 64), columns are dims
+            pieces.append((warpgroup, first_m, constants["TILE_ROWS"], first_n, constants["DQ_COLUMNS"],
+                           constants["TILE_ROWS"], constants["DQ_COLUMNS"]))
+        else:              # dQ^T: rows are dims (M = 64), columns are queries
+            pieces.append((warpgroup, first_n, constants["DQ_N"], first_m, constants["TILE_ROWS"],
+                           constants["TILE_ROWS"], constants["DQ_N"]))
+    return pieces
 
 
 def start_matplotlib():

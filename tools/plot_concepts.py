@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_concepts.py - three figures of the chapters, each drawn from the rule the kernels follow:
+"""plot_concepts.py - four figures of the chapters, each drawn from the rule the kernels follow:
 
     python3 tools/plot_concepts.py docs/figures
 
@@ -12,6 +12,9 @@ pipeline.png (docs/06): the order of events in phase 5's step 2 and step 3 K-til
 backward_warps.png (docs/07): the five products of the backward on tensor cores and which warp owns which rows in
     each pass, from the product table of phase5_tensor_cores/4_backward_cuda.cu and the constants (WARPS, WARP_ROWS)
     of the passes.
+dq_pieces.png (docs/09): a Q tile's dQ and the piece each of the two warpgroups computes in phase 7's steps 6h, 6i
+    and 6j, from the rules kernel_rules.dq_pieces() reads out of 6i_wide_q_tiles_cuda.cu and 6j_transposed_dq_cuda.cu
+    (tests/test_kernel_rules.py checks that the pieces cover the tile once).
 Needs matplotlib; exit status 0, 2 on a usage error, 77 (skipped) without it.
 """
 import math
@@ -20,7 +23,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_rules import backward_products, online_softmax_trace, start_matplotlib  # noqa: E402
+from kernel_rules import backward_products, dq_pieces, online_softmax_trace, start_matplotlib  # noqa: E402
 
 
 def online_softmax(out):
@@ -173,6 +176,37 @@ def backward_warps(out):
     fig.savefig(os.path.join(out, "backward_warps.png"), dpi=72)
 
 
+def dq_pieces_figure(out):
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+    panels = (("step 6h, D = 128\n64 x 128 tiles: dQ = dS K", "6i", 128, 64),
+              ("step 6h, D = 64\n64 x 128 tiles", "6i", 64, 64),
+              ("step 6i, D = 64\n128 x 128 tiles", "6i", 64, 128),
+              ("step 6j, D = 64\n128 x 128 tiles: dQ^T = K^T dS^T", "6j", 64, 128),
+              ("step 6j, D = 128\n80 x 128 tiles: dQ^T = K^T dS^T", "6j", 128, 80))
+    colours = ("#80b1d3", "#fdb462")
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.0))
+    for ax, (title, step, D, block_m) in zip(axes, panels):
+        for warpgroup, query0, queries, dim0, dims, m, n in dq_pieces(step, D, block_m):
+            ax.add_patch(Rectangle((dim0, query0), dims, queries, facecolor=colours[warpgroup], edgecolor="black"))
+            shape = ("M = %d queries\nN = %d dims" if step == "6i" else "M = %d dims\nN = %d queries") % (m, n)
+            ax.text(dim0 + dims / 2, query0 + queries / 2, "warpgroup %d\n%s" % (warpgroup, shape), ha="center",
+                    va="center", fontsize=8, rotation=90 if dims < 64 else 0)   # a 32-dim piece: written upright
+        ax.set_xlim(0, 128)
+        ax.set_ylim(128, 0)
+        ax.set_aspect("equal")
+        ax.set_xticks(range(0, D + 1, 32))
+        ax.set_yticks(sorted({0, block_m} | set(range(0, block_m + 1, 64))))
+        ax.set_xlabel("dim of dQ (D = %d)" % D, fontsize=8)
+        ax.set_ylabel("query of the Q tile (BLOCK_M = %d)" % block_m, fontsize=8)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.tick_params(labelsize=7)
+    fig.suptitle("A Q tile's dQ in phase 7's backward: the piece each warpgroup computes (one wgmma chain of M = 64)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(os.path.join(out, "dq_pieces.png"), dpi=72)
+
+
 def main(argv):
     if len(argv) != 1 or not os.path.isdir(argv[0]):
         print(__doc__, file=sys.stderr)
@@ -182,7 +216,8 @@ def main(argv):
     online_softmax(argv[0])
     pipeline(argv[0])
     backward_warps(argv[0])
-    print("wrote online_softmax.png, pipeline.png and backward_warps.png in " + argv[0])
+    dq_pieces_figure(argv[0])
+    print("wrote online_softmax.png, pipeline.png, backward_warps.png and dq_pieces.png in " + argv[0])
     return 0
 
 
