@@ -76,15 +76,6 @@ __device__ __forceinline__ int64_t tiles_to_visit(const forward_params &p, int64
     return n;
 }
 
-// Named barriers: bar.sync waits until `threads` threads have reached barrier `id` (counting those that only
-// arrive); bar.arrive counts this thread and goes on. One warpgroup syncs while another arrives: 256 threads.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // One K or V tile into its ring buffer, announced on the buffer's "landed" barrier, once the consumers have emptied
 // the buffer (from its second use on: the (n / STAGES - 1)-th completion of its "empty" barrier).
 template <typename T, int D, int BLOCK_N>

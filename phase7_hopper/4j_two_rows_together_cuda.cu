@@ -102,15 +102,6 @@ __device__ __forceinline__ void tile_at(const forward_params &p, int i, int BLOC
     *q_start = (p.q_tiles - 1 - in_group / heads) * BLOCK_M;
 }
 
-// Named barriers: bar.sync waits until `threads` threads have reached barrier `id` (counting those that only
-// arrive); bar.arrive counts this thread and goes on. One warpgroup syncs while another arrives: 256 threads.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // One K or V tile into its ring buffer, announced on the buffer's "landed" barrier, once the consumers have emptied
 // the buffer (from its second use on: the (n / STAGES - 1)-th completion of its "empty" barrier). n counts the
 // block's tiles of this kind over all its Q tiles: the ring runs on from one Q tile to the next.

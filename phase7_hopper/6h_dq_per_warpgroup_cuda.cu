@@ -14,7 +14,7 @@
 //   n % 2): 48 KiB more at D = 128 (194 KiB in all, one block per SM as before). Each warpgroup's dQ columns are TMA
 //   boxes of their own (one of 32 columns at D = 64, two at D = 128), so
 //     - a warpgroup stores its columns once its own dQ products are done, meets only its own 128 threads at a named
-//       barrier (warpgroup_barrier), and its first thread issues its boxes' reduce-adds;
+//       barrier (named_barrier_sync, tma.cuh), and its first thread issues its boxes' reduce-adds;
 //     - that thread waits for them to be read (bulk_wait_read) just before the next tile's dS^T barrier, a whole tile
 //       later, where nobody is kept from the tensor cores;
 //     - thread 0 loads the next Q tile into its buffer as soon as the products are issued, with nothing to wait for:
@@ -67,11 +67,9 @@ template <int ROWS> __device__ __forceinline__ int dq_swizzle(int row, int colum
     return box * ROWS * DQ_BOX_COLUMNS + row * DQ_BOX_COLUMNS + (chunk ^ (row % ATOM_ROWS)) * 4 + column % 4;
 }
 
-// The 128 threads of one warpgroup wait for each other, and no one else: hardware barrier 1 + warpgroup (barrier 0 is
-// __syncthreads's, the whole block's).
-__device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warpgroup), "n"(WARPGROUP_THREADS) : "memory");
-}
+// Named barriers (tma.cuh) 1 + warpgroup: the 128 threads of one warpgroup wait for each other, and no one else, before
+// its first thread hands their dQ to the TMA (barrier 0 is __syncthreads's, the whole block's).
+#define DQ_STORED_BARRIER 1
 
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
@@ -482,7 +480,7 @@ backward_dq_per_warpgroup_kernel(const __grid_constant__ CUtensorMap q_map, cons
             }
         }
         fence_proxy_async();   // the TMA reads dq_tile through the async proxy
-        warpgroup_barrier(warpgroup);
+        named_barrier_sync(DQ_STORED_BARRIER + warpgroup, WARPGROUP_THREADS);
         if (hands_dq) {
 #pragma unroll
             for (int cb = warpgroup * DQ_COLUMNS / DQ_BOX_COLUMNS; cb < (warpgroup + 1) * DQ_COLUMNS / DQ_BOX_COLUMNS;

@@ -64,11 +64,9 @@ template <int ROWS> __device__ __forceinline__ int dq_swizzle(int row, int colum
     return box * ROWS * DQ_BOX_COLUMNS + row * DQ_BOX_COLUMNS + (chunk ^ (row % ATOM_ROWS)) * 4 + column % 4;
 }
 
-// The 128 threads of one warpgroup wait for each other, and no one else: hardware barrier 1 + warpgroup (barrier 0 is
-// __syncthreads's, the whole block's).
-__device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warpgroup), "n"(WARPGROUP_THREADS) : "memory");
-}
+// Named barriers (tma.cuh) 1 + warpgroup: the 128 threads of one warpgroup wait for each other, and no one else, before
+// its first thread hands their dQ to the TMA (barrier 0 is __syncthreads's, the whole block's).
+#define DQ_STORED_BARRIER 1
 
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
@@ -490,7 +488,7 @@ backward_wide_q_tiles_kernel(const __grid_constant__ CUtensorMap q_map, const __
             }
         }
         fence_proxy_async();   // the TMA reads dq_tile through the async proxy
-        warpgroup_barrier(warpgroup);
+        named_barrier_sync(DQ_STORED_BARRIER + warpgroup, WARPGROUP_THREADS);
         if (hands_dq) {
 #pragma unroll
             for (int cb = dq_column0 / DQ_BOX_COLUMNS; cb < (dq_column0 + DQ_COLUMNS) / DQ_BOX_COLUMNS; cb++)

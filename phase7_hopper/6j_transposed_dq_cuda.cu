@@ -66,20 +66,13 @@ template <int ROWS> __device__ __forceinline__ int dq_swizzle(int row, int colum
     return box * ROWS * DQ_BOX_COLUMNS + row * DQ_BOX_COLUMNS + (chunk ^ (row % ATOM_ROWS)) * 4 + column % 4;
 }
 
-// The 128 threads of one warpgroup wait for each other, and no one else: hardware barrier 1 + warpgroup (barrier 0 is
-// __syncthreads's, the whole block's).
-__device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warpgroup), "n"(WARPGROUP_THREADS) : "memory");
-}
-
-// Warpgroup w has finished reading dS^T: hardware barrier 3 + w counts the 128 threads of w that arrive (bar.arrive
-// does not wait) and the 128 of the other warpgroup that wait for them (bar.sync), 256 in all.
-__device__ __forceinline__ void arrive_ds_read(int warpgroup) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(3 + warpgroup), "n"(2 * WARPGROUP_THREADS) : "memory");
-}
-__device__ __forceinline__ void wait_ds_read(int other_warpgroup) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(3 + other_warpgroup), "n"(2 * WARPGROUP_THREADS) : "memory");
-}
+// Named barriers (tma.cuh) 1 + warpgroup: the 128 threads of one warpgroup wait for each other, and no one else, before
+// its first thread hands their dQ to the TMA (barrier 0 is __syncthreads's, the whole block's).
+#define DQ_STORED_BARRIER 1
+// Named barriers 3 + w: warpgroup w has finished reading dS^T. They count the 128 threads of w that arrive
+// (named_barrier_arrive does not wait) and the 128 of the other warpgroup that wait for them (named_barrier_sync),
+// 256 in all.
+#define DS_READ_BARRIER 3
 
 // Starts copying rows first_row .. first_row + ROWS - 1 of a [S, D] half tensor into a swizzled [ROWS][D] tile in
 // shared memory, 16 bytes per thread per step (coalesced). Rows past n_rows are zeros. The copy lands later:
@@ -447,7 +440,7 @@ backward_transposed_dq_kernel(const __grid_constant__ CUtensorMap q_map, const _
         // 16qs + 8 + 2t, +1 (r >= 2). The other warpgroup's dQ^T of tile n - 1 read this buffer: it arrived on its
         // barrier when that product was done. Then the wait for dV and dK, before the barrier: past it, both
         // warpgroups' products that read Q and dO are done, and the buffer may take the next tile but one.
-        if (n > 0) wait_ds_read(1 - warpgroup);
+        if (n > 0) named_barrier_sync(DS_READ_BARRIER + 1 - warpgroup, 2 * WARPGROUP_THREADS);
 #pragma unroll
         for (int qs = 0; qs < Q_STEPS; qs++)
 #pragma unroll
@@ -485,7 +478,8 @@ backward_transposed_dq_kernel(const __grid_constant__ CUtensorMap q_map, const _
         wgmma_commit();
         wgmma_wait<0>();
         keep_in_registers<DQ_BLOCKS>(dqt_acc);
-        if (q_tile_index + 1 < tile_end) arrive_ds_read(warpgroup);   // the other warpgroup may store tile n + 1's
+        if (q_tile_index + 1 < tile_end)   // the other warpgroup may store tile n + 1's dS^T
+            named_barrier_arrive(DS_READ_BARRIER + warpgroup, 2 * WARPGROUP_THREADS);
 
         // scale K^T dS^T into the warpgroup's piece of dq_tile, [query][dim] as dQ is: element e of fragment qb is dim
         // dq_dim0 + 16 warp + g (+ 8 for e >= 2), query dq_query0 + 8qb + 2t (+ 1 for odd e), one 4-byte store each.
@@ -504,7 +498,7 @@ backward_transposed_dq_kernel(const __grid_constant__ CUtensorMap q_map, const _
 #pragma unroll
             for (int e = 0; e < 4; e++) dq_at[e][qb * MMA_N * DQ_BOX_COLUMNS] = scale * dqt_acc[qb][e];
         fence_proxy_async();   // the TMA reads dq_tile through the async proxy
-        warpgroup_barrier(warpgroup);
+        named_barrier_sync(DQ_STORED_BARRIER + warpgroup, WARPGROUP_THREADS);
         if (hands_dq) {
 #pragma unroll
             for (int cb = dq_dim0 / DQ_BOX_COLUMNS; cb < (dq_dim0 + TILE_ROWS) / DQ_BOX_COLUMNS; cb++)

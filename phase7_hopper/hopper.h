@@ -212,8 +212,8 @@ static inline int flash_backward_wide_q_tiles_block_m(int64_t D) {
 }
 // Step 6j (6j_transposed_dq_cuda.cu): step 6i with dQ computed transposed (dQ^T = K^T dS^T), so that a Q tile has 80
 // queries at D = 128 (80 x 128 tiles; 128 x 128 at D = 64, as 6i), and dS^T in one buffer, its rows padded to 128
-// queries; step 6i's arguments. Shared memory: K and V, two Q and dO buffers, dS^T, dQ's share (float32), the row
-// stats (two buffers of LSE and Delta), two mbarriers, and 1024 bytes to align the swizzle atoms.
+// queries; step 6i's arguments. Shared memory: step 6g's at these tiles with dS^T's rows padded to a multiple of 64
+// queries, and dQ's share (BLOCK_M x D float32).
 #define HOPPER_TRANSPOSED_DQ_TEXT "128x128 at D = 64, 80x128 at D = 128"
 #define HOPPER_TRANSPOSED_DQ_BLOCK_M_D128 80
 void flash_backward_transposed_dq_cuda(const fa_shape *shape, int dtype, int block_m, int block_n, int dq_mode,
@@ -222,9 +222,9 @@ static inline int flash_backward_transposed_dq_block_m(int64_t D) {
     return D == 64 ? HOPPER_WIDE_Q_TILES_BLOCK_M_D64 : HOPPER_TRANSPOSED_DQ_BLOCK_M_D128;
 }
 static inline int64_t flash_backward_transposed_dq_cuda_smem_bytes(int64_t D, int block_m, int block_n) {
-    const int64_t ds_columns = (block_m + 63) / 64 * 64;
-    return (2 * (int64_t)block_n + 4 * (int64_t)block_m) * D * 2 + (int64_t)block_n * ds_columns * 2 +
-           (int64_t)block_m * D * 4 + 4 * (int64_t)block_m * 4 + 2 * 8 + 1024;
+    const int64_t ds_padding = (block_m + 63) / 64 * 64 - block_m;   // queries added to each row of dS^T
+    return flash_backward_q_tiles_by_tma_cuda_smem_bytes(D, block_m, block_n) + (int64_t)block_n * ds_padding * 2 +
+           (int64_t)block_m * D * 4;
 }
 
 // 0 when the GPU runs sm_90a code (compute capability 9.0); otherwise -1 and one line in why.

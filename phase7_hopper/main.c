@@ -327,7 +327,7 @@ static void backward_cpu(fa_report *report, const fa_options *opt, const fa_refe
 
 #if FA_HAVE_CUDA && TC_HAVE_MMA_CUDA && HOPPER_HAVE_CUDA
 // On the GPU: step 3's forward (at 128 x 64, or the tiles asked for when it has them), then phase 5 step 4's backward,
-// step 6's, 6a's and 6b's, at the 64 x 64 tiles their kernels have, 6c's to 6h's at their 64 x 128
+// step 6's, 6a's and 6b's, at the 64 x 64 tiles their kernels have, 6c's to 6h's at their 64 x 128,
 // 6i's at 128 x 128 (D = 64) or 64 x 128, and 6j's at 128 x 128 (D = 64) or 80 x 128.
 static void backward_cuda(fa_report *report, const fa_options *opt, const fa_reference *ref,
                           const fa_half_rule *rule, const fa_device_half_inputs *dev, fa_grads host) {

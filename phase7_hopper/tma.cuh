@@ -1,5 +1,5 @@
-// tma.cuh - phase 7: the Tensor Memory Accelerator (TMA) and the mbarriers it reports to; the PTX helpers every
-// step from 2 on shares, and the host function that describes a tensor to it.
+// tma.cuh - phase 7: the Tensor Memory Accelerator (TMA), the mbarriers it reports to, and named barriers; the PTX
+// helpers every step from 2 on shares, and the host function that describes a tensor to it.
 //
 // TMA is a copy engine beside each SM. One thread hands it a "tensor map" (the tensor's address, sizes and strides,
 // made once on the host), the coordinates of a box and a shared-memory destination; the engine fetches the whole box
@@ -62,6 +62,17 @@ __device__ __forceinline__ void tma_load_4d(void *destination, const CUtensorMap
                  "%5}], [%6];\n" ::"r"(smem_address(destination)),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(d0), "r"(s0), "r"(h), "r"(b), "r"(smem_address(bar))
                  : "memory");
+}
+
+// Named barriers, the hardware's 16 per block (0 is __syncthreads's): bar.sync waits until `threads` threads have
+// reached barrier `id` (counting those that only arrive); bar.arrive counts this thread and goes on. Step 4's two
+// consumer warpgroups take turns on them (one syncs while the other arrives: 256 threads); the backward's warpgroups
+// meet their own 128 threads on one, or tell each other they are done with a buffer.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // The other direction, and a reduction on the way (step 6a's dQ): the engine reads one box out of shared memory and

@@ -295,37 +295,23 @@ NCU_WIDE_Q = [("D = 64", [("step 6g, 64 x 128", "wideq-step6g-d64"), ("step 6h, 
                            ("step 6j, 80 x 128", "wideq-step6j-d128"), ("cuDNN", "cudnn-bwd-d128")])]
 
 
-def table_ncu_wide_q(log):
-    """The backward kernels of steps 6g to 6j beside cuDNN's under Nsight Compute, one report each beside LOG."""
-    import ncu_tables
-    folder, name = os.path.split(log)
-    prefix = name.split("-")[0] + "-phase7-ncu-"
-    lines = ["| backward, B=4 H=16 S=4096, bf16 | kernel | duration | instructions | "
-             "grid x threads, registers at entry | no eligible warp |", "|---|---|---|---|---|---|"]
-    for shape, kernels in NCU_WIDE_Q:
-        for i, (kernel, report) in enumerate(kernels):
-            r = ncu_tables.read_report(folder, report, prefix)
-            get = lambda key: ncu_tables.get(r, key)
-            lines.append(f"| {shape if i == 0 else ''} | {kernel} | {get('duration'):.3f} ms | "
-                         f"{get('instructions') / 1e6:,.0f} M | {get('grid'):,.0f} x {get('threads'):.0f}, "
-                         f"{get('registers'):.0f} | {get('no_eligible'):.0f}% |")
-    return "\n".join(lines)
-
-
-def table_ncu_cudnn(log):
-    """Phase 7's kernels and cuDNN's under Nsight Compute, one report each, beside LOG under its GPU's prefix."""
+def table_ncu_cudnn(log, groups=NCU_CUDNN, title="B=4 H=16 S=4096, bf16", memory=True):
+    """Phase 7's kernels and cuDNN's under Nsight Compute, one report each, beside LOG under its GPU's prefix: the
+    groups of NCU_CUDNN (with the L2's hit rate and the DRAM bytes read, memory) or those of NCU_WIDE_Q."""
     import ncu_tables   # the reports' reader, tools/ncu_tables.py
     folder, name = os.path.split(log)
     prefix = name.split("-")[0] + "-phase7-ncu-"
-    lines = ["| B=4 H=16 S=4096, bf16 | kernel | duration | instructions | grid x threads, registers at entry | "
-             "L2 hit rate | DRAM read | no eligible warp |", "|---|---|---|---|---|---|---|---|"]
-    for shape, kernels in NCU_CUDNN:
+    lines = [f"| {title} | kernel | duration | instructions | grid x threads, registers at entry | " +
+             ("L2 hit rate | DRAM read | " if memory else "") + "no eligible warp |",
+             "|---|---|---|---|---|" + ("---|---|" if memory else "") + "---|"]
+    for shape, kernels in groups:
         for i, (kernel, report) in enumerate(kernels):
             r = ncu_tables.read_report(folder, report, prefix)
             get = lambda key: ncu_tables.get(r, key)
             lines.append(f"| {shape if i == 0 else ''} | {kernel} | {get('duration'):.3f} ms | "
                          f"{get('instructions') / 1e6:,.0f} M | {get('grid'):,.0f} x {get('threads'):.0f}, "
-                         f"{get('registers'):.0f} | {get('l2_hit'):.1f}% | {get('dram'):,.0f} MB | "
+                         f"{get('registers'):.0f} | " +
+                         (f"{get('l2_hit'):.1f}% | {get('dram'):,.0f} MB | " if memory else "") +
                          f"{get('no_eligible'):.0f}% |")
     return "\n".join(lines)
 
@@ -447,8 +433,11 @@ def main(argv):
     log, name = argv[1], argv[3]
     if not os.path.isfile(log):
         die(f"{log}: no such file")
-    if name in ("ncu-cudnn", "ncu-wide-q"):
-        print(table_ncu_cudnn(log) if name == "ncu-cudnn" else table_ncu_wide_q(log))
+    if name == "ncu-cudnn":
+        print(table_ncu_cudnn(log))
+        return 0
+    if name == "ncu-wide-q":
+        print(table_ncu_cudnn(log, NCU_WIDE_Q, "backward, B=4 H=16 S=4096, bf16", memory=False))
         return 0
     if name == "opcodes":
         print(table_opcodes(log))
